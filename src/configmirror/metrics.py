@@ -1,0 +1,104 @@
+"""Prometheus metrics, named as client-go and controller-runtime name them so dashboards work."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+# controller-runtime's buckets for queue and work durations: 10 ns .. 1000 s.
+_QUEUE_BUCKETS = tuple(1e-8 * 10**i for i in range(12))
+
+
+class _InFlightCollector(Collector):
+    """Computes unfinished-work and longest-running gauges at scrape time (no ticker thread)."""
+
+    def __init__(self) -> None:
+        self._sources: dict[str, Callable[[], list[float]]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, name: str, ages: Callable[[], list[float]]) -> None:
+        with self._lock:
+            self._sources[name] = ages
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        unfinished = GaugeMetricFamily(
+            "workqueue_unfinished_work_seconds",
+            "Seconds of work in progress that has not been observed by work_duration.",
+            labels=["name"],
+        )
+        longest = GaugeMetricFamily(
+            "workqueue_longest_running_processor_seconds",
+            "Seconds the longest running processor for the queue has been running.",
+            labels=["name"],
+        )
+        with self._lock:
+            sources = list(self._sources.items())
+        for name, ages_of in sources:
+            ages = ages_of()
+            unfinished.add_metric([name], sum(ages))
+            longest.add_metric([name], max(ages, default=0.0))
+        yield unfinished
+        yield longest
+
+
+class Metrics:
+    """Every metric configmirror exports, in one registry (one per process, or one per test)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        # Work queue (client-go names).
+        self.queue_depth = Gauge("workqueue_depth", "Current depth of workqueue", ["name"],
+                                 registry=r)
+        self.queue_adds = Counter("workqueue_adds", "Total number of adds handled by workqueue",
+                                  ["name"], registry=r)
+        self.queue_latency = Histogram(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            ["name"], buckets=_QUEUE_BUCKETS, registry=r)
+        self.queue_work_duration = Histogram(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            ["name"], buckets=_QUEUE_BUCKETS, registry=r)
+        self.queue_retries = Counter("workqueue_retries", "Total number of retries handled by "
+                                     "workqueue", ["name"], registry=r)
+        self._in_flight = _InFlightCollector()
+        r.register(self._in_flight)
+
+    def queue(self, name: str) -> PrometheusQueueMetrics:
+        """QueueMetrics for the queue called `name`."""
+        return PrometheusQueueMetrics(self, name)
+
+
+class PrometheusQueueMetrics:
+    """configmirror.workqueue.QueueMetrics backed by Prometheus, labelled by queue name."""
+
+    def __init__(self, metrics: Metrics, name: str) -> None:
+        self._metrics = metrics
+        self._name = name
+        self._depth = metrics.queue_depth.labels(name)
+        self._adds = metrics.queue_adds.labels(name)
+        self._latency = metrics.queue_latency.labels(name)
+        self._work = metrics.queue_work_duration.labels(name)
+        self._retries = metrics.queue_retries.labels(name)
+
+    def added(self) -> None:
+        self._adds.inc()
+        self._depth.inc()
+
+    def taken(self, queued_seconds: float) -> None:
+        self._depth.dec()
+        self._latency.observe(queued_seconds)
+
+    def finished(self, work_seconds: float) -> None:
+        self._work.observe(work_seconds)
+
+    def retried(self) -> None:
+        self._retries.inc()
+
+    def observe_in_flight(self, ages: Callable[[], list[float]]) -> None:
+        self._metrics._in_flight.add(self._name, ages)

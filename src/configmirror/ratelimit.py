@@ -1,0 +1,156 @@
+"""Rate limiters for the work queue's retries, ported from client-go's default_rate_limiters.go.
+
+A limiter answers "how long should this item wait before its next attempt?" and counts
+failures per item until `forget()`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from typing import Protocol
+
+from configmirror.clock import Clock, RealClock
+
+
+class RateLimiter(Protocol):
+    """Decides the delay before an item's next attempt."""
+
+    def when(self, item: Hashable) -> float:
+        """Record a failure of `item` and return the seconds to wait before retrying it."""
+        ...
+
+    def forget(self, item: Hashable) -> None:
+        """Stop tracking `item` (it succeeded or was given up)."""
+        ...
+
+    def num_requeues(self, item: Hashable) -> int:
+        """How many failures of `item` are on record."""
+        ...
+
+
+class ItemExponentialFailureRateLimiter:
+    """base * 2**failures per item, capped at `max_delay` (client-go: 5 ms base, 1000 s cap)."""
+
+    def __init__(self, base_delay: float = 0.005, max_delay: float = 1000.0) -> None:
+        self._base = base_delay
+        self._max = max_delay
+        self._failures: dict[Hashable, int] = {}
+        self._lock = threading.Lock()
+
+    def when(self, item: Hashable) -> float:
+        with self._lock:
+            exp = self._failures.get(item, 0)
+            self._failures[item] = exp + 1
+        if exp >= 1024:  # 2**exp would overflow a float long before this; the cap applies anyway
+            return self._max
+        return min(self._base * 2.0**exp, self._max)
+
+    def forget(self, item: Hashable) -> None:
+        with self._lock:
+            self._failures.pop(item, None)
+
+    def num_requeues(self, item: Hashable) -> int:
+        with self._lock:
+            return self._failures.get(item, 0)
+
+
+class ItemFastSlowRateLimiter:
+    """`fast_delay` for the first `max_fast_attempts` failures of an item, then `slow_delay`."""
+
+    def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
+        self._fast = fast_delay
+        self._slow = slow_delay
+        self._max_fast = max_fast_attempts
+        self._failures: dict[Hashable, int] = {}
+        self._lock = threading.Lock()
+
+    def when(self, item: Hashable) -> float:
+        with self._lock:
+            n = self._failures.get(item, 0) + 1
+            self._failures[item] = n
+        return self._fast if n <= self._max_fast else self._slow
+
+    def forget(self, item: Hashable) -> None:
+        with self._lock:
+            self._failures.pop(item, None)
+
+    def num_requeues(self, item: Hashable) -> int:
+        with self._lock:
+            return self._failures.get(item, 0)
+
+
+class TokenBucketRateLimiter:
+    """An overall limit of `qps` with bursts of `burst`, like golang.org/x/time/rate Reserve().
+
+    Every call takes a token; when the bucket is empty the token is borrowed from the future
+    and the returned delay says how far. It tracks no items: num_requeues is always 0.
+    """
+
+    def __init__(self, qps: float, burst: int, clock: Clock | None = None) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError(f"token bucket needs qps > 0 and burst >= 1, got {qps}, {burst}")
+        self._qps = qps
+        self._burst = float(burst)
+        self._clock = clock or RealClock()
+        self._tokens = float(burst)
+        self._last = self._clock.now()
+        self._lock = threading.Lock()
+
+    def when(self, item: Hashable) -> float:
+        with self._lock:
+            now = self._clock.now()
+            self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
+            self._last = now
+            self._tokens -= 1.0
+            return 0.0 if self._tokens >= 0 else -self._tokens / self._qps
+
+    def forget(self, item: Hashable) -> None:
+        pass
+
+    def num_requeues(self, item: Hashable) -> int:
+        return 0
+
+
+class MaxOfRateLimiter:
+    """Asks every limiter (so each one records the failure) and returns the longest delay."""
+
+    def __init__(self, *limiters: RateLimiter) -> None:
+        if not limiters:
+            raise ValueError("MaxOfRateLimiter needs at least one limiter")
+        self._limiters = limiters
+
+    def when(self, item: Hashable) -> float:
+        return max([limiter.when(item) for limiter in self._limiters])
+
+    def forget(self, item: Hashable) -> None:
+        for limiter in self._limiters:
+            limiter.forget(item)
+
+    def num_requeues(self, item: Hashable) -> int:
+        return max(limiter.num_requeues(item) for limiter in self._limiters)
+
+
+class WithMaxWaitRateLimiter:
+    """Caps another limiter's delay at `max_wait`."""
+
+    def __init__(self, limiter: RateLimiter, max_wait: float) -> None:
+        self._limiter = limiter
+        self._max_wait = max_wait
+
+    def when(self, item: Hashable) -> float:
+        return min(self._limiter.when(item), self._max_wait)
+
+    def forget(self, item: Hashable) -> None:
+        self._limiter.forget(item)
+
+    def num_requeues(self, item: Hashable) -> int:
+        return self._limiter.num_requeues(item)
+
+
+def default_controller_rate_limiter(clock: Clock | None = None) -> RateLimiter:
+    """client-go's DefaultTypedControllerRateLimiter: per-item 5 ms..1000 s, overall 10 qps/100."""
+    return MaxOfRateLimiter(
+        ItemExponentialFailureRateLimiter(0.005, 1000.0),
+        TokenBucketRateLimiter(qps=10.0, burst=100, clock=clock),
+    )

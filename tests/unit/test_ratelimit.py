@@ -1,0 +1,91 @@
+"""Ports of client-go's default_rate_limiters_test.go."""
+
+from __future__ import annotations
+
+import pytest
+
+from configmirror.clock import FakeClock
+from configmirror.ratelimit import (
+    ItemExponentialFailureRateLimiter,
+    ItemFastSlowRateLimiter,
+    MaxOfRateLimiter,
+    TokenBucketRateLimiter,
+    WithMaxWaitRateLimiter,
+    default_controller_rate_limiter,
+)
+
+MS = 0.001
+
+
+def test_exponential_doubles_per_item_and_forget_resets() -> None:
+    limiter = ItemExponentialFailureRateLimiter(1 * MS, 1.0)
+    assert [limiter.when("one") for _ in range(5)] == pytest.approx([1 * MS, 2 * MS, 4 * MS,
+                                                                     8 * MS, 16 * MS])
+    assert limiter.num_requeues("one") == 5
+    assert [limiter.when("two") for _ in range(2)] == pytest.approx([1 * MS, 2 * MS])
+    assert limiter.num_requeues("two") == 2
+    limiter.forget("one")
+    assert limiter.num_requeues("one") == 0
+    assert limiter.when("one") == pytest.approx(1 * MS)
+
+
+def test_exponential_caps_at_max_and_does_not_overflow() -> None:
+    limiter = ItemExponentialFailureRateLimiter(1 * MS, 1000.0)
+    for _ in range(5):
+        limiter.when("one")
+    assert limiter.when("one") == pytest.approx(32 * MS)
+    for _ in range(1000):
+        limiter.when("overflow1")
+    assert limiter.when("overflow1") == 1000.0
+
+    small_cap = ItemExponentialFailureRateLimiter(1 * MS, 1 * MS * 1000)
+    for _ in range(20):
+        small_cap.when("x")
+    assert small_cap.when("x") == pytest.approx(1.0)
+
+
+def test_fast_slow_gives_fast_delays_then_slow() -> None:
+    limiter = ItemFastSlowRateLimiter(5 * MS, 10.0, 3)
+    assert [limiter.when("one") for _ in range(5)] == [5 * MS] * 3 + [10.0] * 2
+    assert limiter.num_requeues("one") == 5
+    limiter.forget("one")
+    assert limiter.num_requeues("one") == 0
+    assert limiter.when("one") == 5 * MS
+
+
+def test_max_of_returns_the_longest_delay_and_forget_reaches_all() -> None:
+    limiter = MaxOfRateLimiter(ItemFastSlowRateLimiter(5 * MS, 3.0, 3),
+                               ItemExponentialFailureRateLimiter(1 * MS, 1.0))
+    assert [limiter.when("one") for _ in range(5)] == pytest.approx(
+        [5 * MS, 5 * MS, 5 * MS, 3.0, 3.0])
+    assert limiter.num_requeues("one") == 5
+    limiter.forget("one")
+    assert limiter.num_requeues("one") == 0
+    assert limiter.when("one") == pytest.approx(5 * MS)
+
+
+def test_with_max_wait_caps_the_delay() -> None:
+    limiter = WithMaxWaitRateLimiter(ItemFastSlowRateLimiter(5 * MS, 1000.0, 3), 500.0)
+    assert [limiter.when("one") for _ in range(5)] == [5 * MS] * 3 + [500.0] * 2
+
+
+def test_token_bucket_allows_a_burst_then_spaces_by_qps() -> None:
+    clock = FakeClock()
+    limiter = TokenBucketRateLimiter(qps=10, burst=2, clock=clock)
+    assert limiter.when("a") == 0.0
+    assert limiter.when("b") == 0.0
+    assert limiter.when("c") == pytest.approx(0.1)
+    assert limiter.when("d") == pytest.approx(0.2)
+    clock.step(1.0)  # refills to at most the burst
+    assert limiter.when("e") == 0.0
+    assert limiter.num_requeues("a") == 0
+
+
+def test_token_bucket_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="qps"):
+        TokenBucketRateLimiter(qps=0, burst=1)
+
+
+def test_default_controller_limiter_is_exponential_under_the_bucket() -> None:
+    limiter = default_controller_rate_limiter(FakeClock())
+    assert [limiter.when("k") for _ in range(3)] == pytest.approx([5 * MS, 10 * MS, 20 * MS])

@@ -1,0 +1,56 @@
+"""The Prometheus queue metrics: client-go's names and exact values (port of TestMetrics)."""
+
+from __future__ import annotations
+
+import pytest
+
+from configmirror.clock import FakeClock
+from configmirror.metrics import Metrics
+from configmirror.workqueue import WorkQueue
+
+
+def sample(metrics: Metrics, name: str, labels: dict[str, str] | None = None) -> float | None:
+    value = metrics.registry.get_sample_value(name, labels or {"name": "test"})
+    return value
+
+
+def test_metrics_exact_values_and_duplicate_adds_counted_once() -> None:
+    clock = FakeClock()
+    metrics = Metrics()
+    wq: WorkQueue[str] = WorkQueue(clock=clock, metrics=metrics.queue("test"))
+    wq.add("foo")
+    assert sample(metrics, "workqueue_adds_total") == 1
+    assert sample(metrics, "workqueue_depth") == 1
+    clock.step(0.025)
+    assert wq.get() == "foo"
+    assert sample(metrics, "workqueue_depth") == 0
+    assert sample(metrics, "workqueue_queue_duration_seconds_sum") == pytest.approx(0.025)
+    wq.add("foo")
+    wq.add("foo")  # duplicate while dirty: not counted
+    assert sample(metrics, "workqueue_adds_total") == 2
+    clock.step(0.5)
+    assert sample(metrics, "workqueue_unfinished_work_seconds") == pytest.approx(0.5)
+    assert sample(metrics, "workqueue_longest_running_processor_seconds") == pytest.approx(0.5)
+    wq.done("foo")
+    assert sample(metrics, "workqueue_work_duration_seconds_sum") == pytest.approx(0.5)
+    assert sample(metrics, "workqueue_unfinished_work_seconds") == 0
+    assert wq.get() == "foo"
+    wq.done("foo")
+    assert sample(metrics, "workqueue_depth") == 0
+
+
+def test_retries_metric_counts_delayed_requeues() -> None:
+    metrics = Metrics()
+    wq: WorkQueue[str] = WorkQueue(clock=FakeClock(), metrics=metrics.queue("test"))
+    wq.add_after("a", 1)
+    wq.add_after("b", 0)
+    assert sample(metrics, "workqueue_retries_total") == 2
+
+
+def test_metrics_of_two_queues_are_labelled_apart() -> None:
+    metrics = Metrics()
+    one: WorkQueue[str] = WorkQueue(metrics=metrics.queue("one"))
+    WorkQueue[str](metrics=metrics.queue("two"))
+    one.add("x")
+    assert sample(metrics, "workqueue_depth", {"name": "one"}) == 1
+    assert sample(metrics, "workqueue_depth", {"name": "two"}) == 0
