@@ -4,9 +4,10 @@
 #
 #   KUBEBUILDER_ASSETS=/dir   use binaries already there (nothing is built)
 #   CONFIGMIRROR_CACHE=/dir   cache root (default: ${XDG_CACHE_HOME:-~/.cache}/configmirror)
+#   CONFIGMIRROR_FIND_ONLY=1  only report a finished build; never start one
 #
 # The binaries are built from the Go module proxy in throwaway modules outside the repo; a
-# finished build is reused on every later run. See ../../docs/controlplane.md.
+# finished build is reused on every later run. See "Control plane for tests" in README.md.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,6 +39,7 @@ if has_all "$out"; then
   exit 0
 fi
 
+if [ -n "${CONFIGMIRROR_FIND_ONLY:-}" ]; then log "not built yet: run make controlplane"; exit 1; fi
 command -v go >/dev/null || { log "Go is needed to build kube-apiserver and etcd (or set KUBEBUILDER_ASSETS)"; exit 1; }
 mkdir -p "$out"
 exec 9>"$out/.lock"

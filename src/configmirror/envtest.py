@@ -1,0 +1,409 @@
+"""A real, local Kubernetes control plane (etcd + kube-apiserver) for tests and `make demo`.
+
+Like controller-runtime's envtest: no kubelet, no controller-manager, no Docker. The binaries
+come from `hack/controlplane/build.sh` (or KUBEBUILDER_ASSETS). The apiserver runs with RBAC,
+an admin token in `system:masters`, and service-account signing keys, so TokenRequest and
+ServiceAccount tokens work as in a cluster.
+
+    with ControlPlane(assets) as cp:
+        print(cp.kubeconfig)      # admin kubeconfig file
+        cp.restart_apiserver()    # same etcd, same port
+        cp.compact()              # with watch_cache=False: old resourceVersions now get 410
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+BINARIES = ("kube-apiserver", "etcd", "etcdctl", "kubectl")
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 20.0
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be started or used; the message names the part and why."""
+
+
+def find_assets(repo_root: Path | None = None, build: bool = False) -> Path | None:
+    """The folder holding the control-plane binaries, or None if there is none (and no build).
+
+    Looks at CONFIGMIRROR_CONTROLPLANE_ASSETS, then KUBEBUILDER_ASSETS, then asks build.sh,
+    which prints the cached folder (and builds it first only when `build` is true).
+    """
+    for var in ("CONFIGMIRROR_CONTROLPLANE_ASSETS", "KUBEBUILDER_ASSETS"):
+        folder = os.environ.get(var)
+        if folder and all((Path(folder) / b).is_file() for b in BINARIES):
+            return Path(folder)
+    root = repo_root or Path(__file__).resolve().parents[2]
+    script = root / "hack" / "controlplane" / "build.sh"
+    if not script.is_file():
+        return None
+    if not build and not shutil.which("go"):
+        return None
+    env = dict(os.environ)
+    if not build:
+        env["CONFIGMIRROR_FIND_ONLY"] = "1"
+    done = subprocess.run([str(script)], capture_output=True, text=True, env=env, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return None
+    return Path(lines[-1])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when the parent dies, so nothing is orphaned."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    pr_set_pdeathsig = 1
+    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def spawn(args: Sequence[str], log: Path,
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a child process whose output goes to `log` and which dies with this process."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            list(args), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only, no locks
+        )
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = STOP_TIMEOUT) -> int:
+    """SIGTERM, wait up to `timeout`, then SIGKILL. Returns the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+    return proc.returncode
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.1,
+               died: Callable[[], str | None] | None = None) -> None:
+    """Poll `check` until it is true; raise ControlPlaneError naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if check():
+            return
+        if died is not None and (reason := died()):
+            raise ControlPlaneError(f"{what}: {reason}")
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"{what}: not ready after {timeout:.0f} s")
+        time.sleep(interval)
+
+
+class ControlPlane:
+    """etcd + kube-apiserver on free loopback ports, with an admin kubeconfig."""
+
+    def __init__(self, assets: Path, watch_cache: bool = True,
+                 extra_apiserver_flags: Sequence[str] = ()) -> None:
+        missing = [b for b in BINARIES if not (assets / b).is_file()]
+        if missing:
+            raise ControlPlaneError(f"control-plane folder {assets} lacks {', '.join(missing)}")
+        self.assets = assets
+        self.watch_cache = watch_cache
+        self.extra_apiserver_flags = list(extra_apiserver_flags)
+        self.dir = Path()
+        self.etcd_port = 0
+        self.apiserver_port = 0
+        self.token = ""
+        self._etcd: subprocess.Popen[bytes] | None = None
+        self._apiserver: subprocess.Popen[bytes] | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start etcd and kube-apiserver and wait until the apiserver is ready."""
+        self.dir = Path(tempfile.mkdtemp(prefix="configmirror-controlplane-"))
+        try:
+            self._write_credentials()
+            self._start_etcd()
+            self.apiserver_port = free_port()
+            self._start_apiserver()
+            self._write_kubeconfig()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop the apiserver, then etcd; remove every file this control plane wrote."""
+        for proc in (self._apiserver, self._etcd):
+            if proc is not None:
+                stop_process(proc)
+        self._apiserver = self._etcd = None
+        if self.dir != Path() and self.dir.exists():
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again on the same port, with the same etcd."""
+        if self._apiserver is not None:
+            stop_process(self._apiserver)
+        self._start_apiserver()
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver only (restart it with start_apiserver)."""
+        if self._apiserver is not None:
+            stop_process(self._apiserver)
+            self._apiserver = None
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on its port after stop_apiserver."""
+        self._start_apiserver()
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the running etcd and apiserver."""
+        return [p.pid for p in (self._etcd, self._apiserver) if p is not None]
+
+    # -- what tests use -----------------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.dir / "pki" / "apiserver.crt"
+
+    @property
+    def etcd_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.etcd_port}"
+
+    def kubeconfig_for_token(self, token: str, path: Path) -> Path:
+        """Write a kubeconfig that authenticates with `token` only (e.g. a ServiceAccount's)."""
+        path.write_text(json.dumps(self._kubeconfig_doc(token)))
+        return path
+
+    def kubectl(self, *args: str, kubeconfig: Path | None = None, check: bool = True,
+                input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this control plane (admin unless `kubeconfig` is given)."""
+        cmd = [str(self.assets / "kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig),
+               *args]
+        done = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=120,
+                              check=False)
+        if check and done.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+        return done
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (what the apiserver reports as resourceVersion)."""
+        status = self._etcdctl("endpoint", "status", "-w", "json")
+        return int(json.loads(status)[0]["Status"]["header"]["revision"])
+
+    def compact(self) -> int:
+        """Compact etcd at its current revision, so watches from older ones get 410 Gone.
+
+        Only the apiserver with watch_cache=False passes this on; with the watch cache, old
+        resourceVersions expire by the cache's own window instead.
+        """
+        revision = self.etcd_revision()
+        self._etcdctl("compaction", "--physical", str(revision))
+        return revision
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """One admin request to the apiserver (JSON in and out)."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.server + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, context=self._ssl(), timeout=30) as resp:
+            return json.loads(resp.read() or b"null")
+
+    def finalize_namespace(self, name: str) -> None:
+        """Do what the namespace controller would: empty a deleted namespace and finalize it.
+
+        There is no kube-controller-manager here, so a deleted namespace stays Terminating
+        until this is called. Only the kinds configmirror and its tests create are emptied.
+        """
+        collections = [f"/api/v1/namespaces/{name}/{kind}"
+                       for kind in ("configmaps", "events", "serviceaccounts", "secrets")]
+        collections += [f"/apis/{group}/namespaces/{name}/{kind}" for group, kind in (
+            ("rbac.authorization.k8s.io/v1", "roles"),
+            ("rbac.authorization.k8s.io/v1", "rolebindings"),
+            ("coordination.k8s.io/v1", "leases"))]
+        for path in collections:
+            self._ignore_missing(functools.partial(self.api, "DELETE", path))
+
+        def finalize() -> None:
+            ns = self.api("GET", f"/api/v1/namespaces/{name}")
+            ns["spec"]["finalizers"] = []
+            self.api("PUT", f"/api/v1/namespaces/{name}/finalize", ns)
+
+        self._ignore_missing(finalize)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _write_credentials(self) -> None:
+        pki = self.dir / "pki"
+        pki.mkdir()
+        key = pki / "sa.key"
+        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True,
+                       capture_output=True, timeout=60)
+        self.token = secrets.token_hex(16)
+        (self.dir / "tokens.csv").write_text(f'{self.token},admin,admin-uid,"system:masters"\n')
+
+    def _start_etcd(self) -> None:
+        self.etcd_port = free_port()
+        peer = free_port()
+        self._etcd = spawn([
+            str(self.assets / "etcd"), "--name=configmirror-test",
+            f"--data-dir={self.dir / 'etcd'}",
+            f"--listen-client-urls={self.etcd_endpoint}",
+            f"--advertise-client-urls={self.etcd_endpoint}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=configmirror-test=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync=true", "--log-level=warn",
+        ], self.dir / "etcd.log")
+        wait_until(lambda: self._http_ok(self.etcd_endpoint + "/health"), START_TIMEOUT,
+                   "etcd", died=lambda: self._died(self._etcd, "etcd.log"))
+
+    def _start_apiserver(self) -> None:
+        flags = [
+            f"--etcd-servers={self.etcd_endpoint}",
+            f"--cert-dir={self.dir / 'pki'}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+            "--authorization-mode=RBAC",
+            "--disable-admission-plugins=ServiceAccount",
+            f"--token-auth-file={self.dir / 'tokens.csv'}",
+            f"--service-account-issuer=https://127.0.0.1:{self.apiserver_port}/",
+            f"--service-account-key-file={self.dir / 'pki' / 'sa.key'}",
+            f"--service-account-signing-key-file={self.dir / 'pki' / 'sa.key'}",
+            f"--audit-log-path={self.dir / 'audit.log'}",
+            f"--audit-policy-file={self._audit_policy()}",
+            "--audit-log-maxsize=0",
+            "--v=0",
+        ]
+        if not self.watch_cache:
+            flags += ["--watch-cache=false", "--etcd-compaction-interval=0"]
+        self._apiserver = spawn([str(self.assets / "kube-apiserver"), *flags,
+                                 *self.extra_apiserver_flags], self.dir / "apiserver.log")
+        wait_until(self._apiserver_ready, START_TIMEOUT, "kube-apiserver",
+                   died=lambda: self._died(self._apiserver, "apiserver.log"))
+
+    def _audit_policy(self) -> Path:
+        """Audit every write (Metadata level), so tests can count the writes a client made."""
+        policy = self.dir / "audit-policy.json"
+        if not policy.exists():
+            policy.write_text(json.dumps({
+                "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+                "omitStages": ["RequestReceived"],
+                "rules": [{"level": "Metadata"}],
+            }))
+        return policy
+
+    @property
+    def audit_log(self) -> Path:
+        """One JSON audit event per line, for every request the apiserver answered."""
+        return self.dir / "audit.log"
+
+    def audit_events(self, user: str | None = None) -> list[dict[str, Any]]:
+        """The audit events so far (optionally only those of `user`)."""
+        if not self.audit_log.exists():
+            return []
+        events = []
+        with open(self.audit_log) as f:
+            for line in f:
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:  # a line being written right now
+                    continue
+                if user is None or event.get("user", {}).get("username") == user:
+                    events.append(event)
+        return events
+
+    def _apiserver_ready(self) -> bool:
+        if not self.ca_file.exists():
+            return False
+        try:
+            req = urllib.request.Request(self.server + "/readyz",
+                                         headers={"Authorization": f"Bearer {self.token}"})
+            with urllib.request.urlopen(req, context=self._ssl(), timeout=5) as resp:
+                return bool(resp.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def _ssl(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def _kubeconfig_doc(self, token: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1", "kind": "Config", "current-context": "envtest",
+            "clusters": [{"name": "envtest", "cluster": {
+                "server": self.server, "certificate-authority": str(self.ca_file)}}],
+            "users": [{"name": "envtest-user", "user": {"token": token}}],
+            "contexts": [{"name": "envtest", "context": {
+                "cluster": "envtest", "user": "envtest-user"}}],
+        }
+
+    def _write_kubeconfig(self) -> None:
+        self.kubeconfig.write_text(json.dumps(self._kubeconfig_doc(self.token)))
+
+    def _etcdctl(self, *args: str) -> str:
+        done = subprocess.run([str(self.assets / "etcdctl"), f"--endpoints={self.etcd_endpoint}",
+                               *args], capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode != 0:
+            raise ControlPlaneError(f"etcdctl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def _died(self, proc: subprocess.Popen[bytes] | None, log: str) -> str | None:
+        if proc is None or proc.poll() is None:
+            return None
+        tail = (self.dir / log).read_text(errors="replace").strip().splitlines()[-15:]
+        return f"exited with {proc.returncode}; last lines of {log}:\n" + "\n".join(tail)
+
+    @staticmethod
+    def _http_ok(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
+
+    @staticmethod
+    def _ignore_missing(call: Callable[[], object]) -> None:
+        try:
+            call()
+        except urllib.error.HTTPError as err:
+            if err.code not in (404, 405):
+                raise
+

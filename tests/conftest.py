@@ -1,0 +1,146 @@
+"""The test suite's Kubernetes: one real control plane per session, a fresh namespace per test.
+
+Tests that need Kubernetes take the `cluster` fixture (or `namespace`/`kube`). By default that
+is a local etcd + kube-apiserver (configmirror.envtest). With CONFIGMIRROR_E2E_KUBECONFIG
+set, the same tests run against that cluster instead (that is how `make kind-test` works);
+tests that need to restart or compact the control plane itself skip there.
+
+In CI (CI=true) a missing control plane fails the run. On a laptop without Go the tests that
+need one skip, with one line saying how to get it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from configmirror.envtest import ControlPlane, find_assets
+
+REPO = Path(__file__).resolve().parents[1]
+NO_CONTROL_PLANE = ("no control plane: run `make controlplane` (needs Go 1.26+) or set "
+                    "KUBEBUILDER_ASSETS to a folder with kube-apiserver, etcd, etcdctl, kubectl")
+
+
+class Cluster:
+    """What a test sees of Kubernetes: a kubeconfig, clients, and (locally) the control plane."""
+
+    def __init__(self, kubeconfig: Path, plane: ControlPlane | None) -> None:
+        self.kubeconfig = kubeconfig
+        self.plane = plane
+        self.api_client = config.new_client_from_config(str(kubeconfig))
+        self.core = client.CoreV1Api(self.api_client)
+        self.rbac = client.RbacAuthorizationV1Api(self.api_client)
+
+    def require_plane(self) -> ControlPlane:
+        """The local control plane; skips the test against an external cluster."""
+        if self.plane is None:
+            pytest.skip("needs the local control plane (restart/compact), not an external one")
+        return self.plane
+
+
+def _start_plane(**options: Any) -> ControlPlane:
+    assets = find_assets(REPO, build=os.environ.get("CI") == "true")
+    if assets is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(NO_CONTROL_PLANE, pytrace=False)
+        pytest.skip(NO_CONTROL_PLANE)
+    plane = ControlPlane(assets, **options)
+    plane.start()
+    return plane
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """The session's cluster: the local control plane, or CONFIGMIRROR_E2E_KUBECONFIG's."""
+    external = os.environ.get("CONFIGMIRROR_E2E_KUBECONFIG")
+    if external:
+        yield Cluster(Path(external), None)
+        return
+    plane = _start_plane()
+    try:
+        yield Cluster(plane.kubeconfig, plane)
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def uncached_cluster() -> Iterator[Cluster]:
+    """A second local control plane with --watch-cache=false, where compact() forces 410."""
+    if os.environ.get("CONFIGMIRROR_E2E_KUBECONFIG"):
+        pytest.skip("needs the local control plane (etcd compaction), not an external one")
+    plane = _start_plane(watch_cache=False)
+    try:
+        yield Cluster(plane.kubeconfig, plane)
+    finally:
+        plane.stop()
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(3)}"
+
+
+class Namespaces:
+    """Creates namespaces for one test and removes them (finalizing them locally) afterwards."""
+
+    def __init__(self, cluster: Cluster, prefix: str) -> None:
+        self.cluster = cluster
+        self.prefix = prefix
+        self.created: list[str] = []
+
+    def __call__(self, labels: dict[str, str] | None = None, name: str | None = None) -> str:
+        name = name or unique_name(self.prefix)
+        self.cluster.core.create_namespace(client.V1Namespace(
+            metadata=client.V1ObjectMeta(name=name, labels=labels or {})))
+        self.created.append(name)
+        return name
+
+    def delete(self, name: str, finalize: bool = True) -> None:
+        """Delete a namespace; with `finalize`, also do the namespace controller's job."""
+        try:
+            self.cluster.core.delete_namespace(name)
+        except client.ApiException as err:
+            if err.status != 404:
+                raise
+        if finalize and self.cluster.plane is not None:
+            self.cluster.plane.finalize_namespace(name)
+
+    def cleanup(self) -> None:
+        for name in self.created:
+            self.delete(name)
+
+
+@pytest.fixture
+def namespaces(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Namespaces]:
+    """A factory of namespaces owned by this test (named after it, removed after it)."""
+    prefix = "t-" + request.node.name.replace("_", "-").replace("[", "-")[:30].strip("-").lower()
+    ns = Namespaces(cluster, "".join(c for c in prefix if c.isalnum() or c == "-"))
+    try:
+        yield ns
+    finally:
+        ns.cleanup()
+
+
+@pytest.fixture
+def namespace(namespaces: Namespaces) -> str:
+    """One fresh namespace for this test."""
+    return namespaces()
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
+             interval: float = 0.05) -> Any:
+    """Poll until `check()` returns something truthy and return it; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
