@@ -1,1 +1,269 @@
-def main() -> int: return 0
+"""The `configmirror` command: `run`, `plan`, `version`.
+
+Every flag can also be set by an environment variable: `--max-retries` is
+CONFIGMIRROR_MAX_RETRIES. A flag on the command line wins over the environment.
+Mistakes a user can make (bad flags, no kubeconfig, unreachable cluster) end in one line on
+stderr and exit code 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from configmirror import __version__
+from configmirror.informer import Informer
+from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
+from configmirror.replication import (
+    BY_REPLICA_OF,
+    CONFIGMAPS,
+    NAMESPACES,
+    ConfigMap,
+    InvalidSpec,
+    Namespace,
+    ReplicationPlan,
+    Scope,
+    all_sources,
+    configmap_from_json,
+    configmap_indexers,
+    namespace_from_json,
+    plan_source,
+)
+from configmirror.settings import Settings
+from configmirror.store import Store
+
+ENV_PREFIX = "CONFIGMIRROR_"
+EXIT_OUT_OF_SYNC = 2
+
+
+class UsageError(Exception):
+    """A mistake on the command line or in the environment (one line, exit 1)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _env(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _add(parser: argparse.ArgumentParser, flag: str, default: Any, help: str,
+         kind: type = str, choices: Sequence[str] | None = None) -> None:
+    """A flag whose default comes from its environment variable, then from `default`."""
+    raw = os.environ.get(_env(flag))
+    if kind is bool:
+        value = default if raw is None else raw.strip().lower() in ("1", "true", "yes", "on")
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value,
+                            help=f"{help} [env {_env(flag)}]")
+        return
+    if raw is not None:
+        try:
+            default = kind(raw)
+        except ValueError:
+            raise UsageError(f"{_env(flag)}={raw!r} is not a valid {kind.__name__}") from None
+    parser.add_argument(flag, type=kind, default=default, choices=choices,
+                        help=f"{help} (default: {default}) [env {_env(flag)}]")
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = Settings()
+    parser = _Parser(prog="configmirror", description="Keeps ConfigMaps replicated across "
+                     "namespaces. See https://github.com/configmirror/configmirror.")
+    commands = parser.add_subparsers(dest="command", metavar="{run,plan,version}")
+    commands.required = True
+
+    def cluster_flags(p: argparse.ArgumentParser) -> None:
+        _add(p, "--kubeconfig", d.kubeconfig, "kubeconfig file (default: in-cluster, then "
+             "$KUBECONFIG or ~/.kube/config)")
+        _add(p, "--context", d.context, "kubeconfig context")
+        _add(p, "--source-namespaces", d.source_namespaces,
+             "namespaces whose sources are honoured (globs, ! excludes)")
+        _add(p, "--exclude-namespaces", d.exclude_namespaces,
+             "namespaces that never receive replicas (globs)")
+        _add(p, "--log-format", d.log_format, "log format", choices=("text", "json"))
+        _add(p, "--log-level", d.log_level, "log level",
+             choices=("debug", "info", "warning", "error"))
+
+    run = commands.add_parser("run", help="run the operator until SIGTERM/SIGINT")
+    cluster_flags(run)
+    _add(run, "--workers", d.workers, "reconcile worker threads", int)
+    _add(run, "--max-retries", d.max_retries, "attempts per change before giving up", int)
+    _add(run, "--resync-period", d.resync_period,
+         "seconds between re-checks of every source from the cache (0: never)", float)
+    _add(run, "--leader-elect", d.leader_elect, "elect a leader among replicas through a Lease",
+         bool)
+    _add(run, "--leader-election-namespace", d.leader_election_namespace,
+         "namespace of the leader-election Lease")
+    _add(run, "--leader-election-id", d.leader_election_id, "name of the Lease")
+    _add(run, "--metrics-bind-address", d.metrics_bind_address,
+         "host:port for /metrics ('0' disables)")
+    _add(run, "--health-probe-bind-address", d.health_probe_bind_address,
+         "host:port for /healthz and /readyz ('0' disables)")
+    _add(run, "--drain-timeout", d.drain_timeout,
+         "seconds in-flight reconciles may take to finish on SIGTERM", float)
+    _add(run, "--dry-run", d.dry_run, "decide and log every write, perform none", bool)
+
+    plan = commands.add_parser("plan", help="print what run would change, change nothing; "
+                               "exit 0 when in sync, 2 when not")
+    cluster_flags(plan)
+    _add(plan, "--namespace", None, "only sources in this namespace")
+    _add(plan, "--output", "text", "output format", choices=("text", "json"))
+
+    commands.add_parser("version", help="print the version")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        if args.command == "version":
+            print(f"configmirror {__version__}")
+            return 0
+        _setup_logging(args.log_format, args.log_level)
+        if args.command == "run":
+            return _run(args)
+        return _plan(args)
+    except (UsageError, ConfigError) as err:
+        print(f"configmirror: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings(**{k: v for k, v in vars(args).items()
+                           if k in Settings.__dataclass_fields__})
+    if settings.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {settings.workers}")
+    if settings.max_retries < 1:
+        raise UsageError(f"--max-retries must be at least 1, got {settings.max_retries}")
+    if settings.resync_period < 0:
+        raise UsageError(f"--resync-period must not be negative, got {settings.resync_period}")
+    for flag in ("metrics_bind_address", "health_probe_bind_address"):
+        address = getattr(settings, flag)
+        if address not in ("", "0") and not address.rpartition(":")[2].isdigit():
+            raise UsageError(f"--{flag.replace('_', '-')} must be host:port or '0', "
+                             f"got {address!r}")
+    _scope(settings)
+    return settings
+
+
+def _scope(settings: Settings) -> Scope:
+    try:
+        return Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
+    except InvalidSpec as err:
+        raise UsageError(str(err)) from None
+
+
+def _connect(settings: Settings, pool_size: int) -> Kube:
+    configuration = load_configuration(settings.kubeconfig, settings.context, pool_size)
+    kube = Kube(configuration, user_agent=f"configmirror/{__version__}",
+                dry_run=settings.dry_run)
+    try:
+        kube.request("get", "/version", timeout=10)
+    except ApiError as err:
+        kube.close()
+        raise UsageError(f"cannot reach the API server at {configuration.host}: "
+                         f"{err.message}") from None
+    return kube
+
+
+def _run(args: argparse.Namespace) -> int:
+    from configmirror.manager import Manager  # the plan command does not need the machinery
+
+    settings = _settings(args)
+    kube = _connect(settings, pool_size=settings.workers + 4)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logging.getLogger("configmirror").info("%s: draining in-flight work and stopping",
+                                               signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return Manager(settings, kube).run(stop)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    scope = _scope(settings)
+    kube = _connect(settings, pool_size=2)
+    configmaps: Store[ConfigMap] = Store(configmap_indexers())
+    namespaces: Store[Namespace] = Store()
+    try:
+        Informer(kube, CONFIGMAPS, configmap_from_json, configmaps, _ignore,
+                 "configmaps").list_once()
+        Informer(kube, NAMESPACES, namespace_from_json, namespaces, _ignore,
+                 "namespaces").list_once()
+    except ApiError as err:
+        raise UsageError(f"cannot list {err}") from None
+    finally:
+        kube.close()
+    keys = {cm.key for cm in all_sources(configmaps)}
+    keys |= set(configmaps.index_values(BY_REPLICA_OF))
+    if args.namespace:
+        keys = {k for k in keys if k.split("/", 1)[0] == args.namespace}
+    plans = [plan_source(key, configmaps.get(key), namespaces.values(), configmaps.get,
+                         configmaps.by_index(BY_REPLICA_OF, key), scope)
+             for key in sorted(keys)]
+    in_sync = all(p.in_sync for p in plans)
+    if args.output == "json":
+        print(json.dumps({"in_sync": in_sync, "plans": [p.to_json() for p in plans]},
+                         indent=2))
+    else:
+        _print_plans(plans)
+    return 0 if in_sync else EXIT_OUT_OF_SYNC
+
+
+def _ignore(_old: object, _new: object) -> None:
+    """plan lists once and reports nothing as it goes."""
+
+
+def _print_plans(plans: list[ReplicationPlan]) -> None:
+    if not plans:
+        print("no sources")
+    for plan in plans:
+        if plan.invalid is not None:
+            print(f"{plan.source}: invalid spec: {plan.invalid} (nothing will change)")
+            continue
+        state = "in sync" if plan.in_sync else "out of sync"
+        print(f"{plan.source}: {state}, {len(plan.targets)} target namespace(s)")
+        for action in plan.actions:
+            print(f"  {action.kind:<8} {action.namespace}/{action.name}  ({action.why})")
+        for conflict in plan.conflicts:
+            print(f"  conflict {conflict.namespace}/{conflict.name}  ({conflict.message})")
+    changes = sum(len(p.actions) for p in plans)
+    problems = sum(len(p.conflicts) + (p.invalid is not None) for p in plans)
+    print(f"{len(plans)} source(s): {changes} change(s), {problems} problem(s)")
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(), "logger": record.name,
+            "msg": record.getMessage()}
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return json.dumps(doc)
+
+
+def _setup_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    logging.getLogger("urllib3").setLevel(logging.ERROR)  # we log our own view of failures

@@ -69,6 +69,51 @@ class Metrics:
         self._in_flight = _InFlightCollector()
         r.register(self._in_flight)
 
+        # Informers.
+        self.informer_relists = Counter(
+            "configmirror_informer_relists", "Full LISTs made by an informer", ["resource"],
+            registry=r)
+        self.informer_watch_restarts = Counter(
+            "configmirror_informer_watch_restarts", "Watches re-opened (stream end or error)",
+            ["resource"], registry=r)
+        self.informer_events = Counter(
+            "configmirror_informer_events", "Watch events received, by type",
+            ["resource", "type"], registry=r)
+        self.informer_last_event_age = Gauge(
+            "configmirror_informer_last_event_age_seconds",
+            "Seconds since the informer last received a watch event", ["resource"], registry=r)
+
+        # Controller (controller-runtime names).
+        self.reconcile_total = Counter(
+            "controller_runtime_reconcile", "Total number of reconciliations per controller",
+            ["controller", "result"], registry=r)
+        self.reconcile_errors = Counter(
+            "controller_runtime_reconcile_errors", "Total number of reconciliation errors per "
+            "controller", ["controller"], registry=r)
+        self.reconcile_panics = Counter(
+            "controller_runtime_reconcile_panics", "Total number of reconciliations that raised "
+            "an unexpected exception", ["controller"], registry=r)
+        self.reconcile_time = Histogram(
+            "controller_runtime_reconcile_time_seconds", "Length of time per reconciliation per "
+            "controller", ["controller"], registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+        self.active_workers = Gauge(
+            "controller_runtime_active_workers", "Number of currently used workers per "
+            "controller", ["controller"], registry=r)
+        self.max_concurrent_reconciles = Gauge(
+            "controller_runtime_max_concurrent_reconciles", "Maximum number of concurrent "
+            "reconciles per controller", ["controller"], registry=r)
+        self.given_up = Counter(
+            "configmirror_reconcile_given_up", "Keys given up after --max-retries failures",
+            ["controller"], registry=r)
+
+        # Replication.
+        self.replica_writes = Counter(
+            "configmirror_replica_writes", "Replica writes by action (create, update, delete)",
+            ["action"], registry=r)
+        self.leader = Gauge("configmirror_leader", "1 while this process holds the lease",
+                            registry=r)
+
     def queue(self, name: str) -> PrometheusQueueMetrics:
         """QueueMetrics for the queue called `name`."""
         return PrometheusQueueMetrics(self, name)

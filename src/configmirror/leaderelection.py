@@ -1,0 +1,179 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, with client-go's timings and semantics.
+
+Why not `kubernetes.leaderelection`: in the client we depend on it calls `sys.exit()` on a
+config it dislikes, cannot be stopped from outside (its loop runs until the process ends) and
+does not release the lease on shutdown, so a standby would wait a whole lease duration. This
+elector is small, runs on a thread its owner starts and joins, and releases the lease on
+stop so a standby takes over at once.
+
+Expiry is judged by local observation, as client-go does: a lease whose record has not changed
+for `lease_duration` seconds of our own clock is expired, whatever the holder's clock says.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from configmirror.clock import Clock, RealClock
+from configmirror.kube import ApiError, Kube
+
+log = logging.getLogger(__name__)
+
+
+def _now_micro() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    """Acquires and renews one Lease; calls back when leadership starts and when it is lost."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str, identity: str,
+                 on_started_leading: Callable[[], None],
+                 on_stopped_leading: Callable[[], None],
+                 lease_duration: float = 15.0, renew_deadline: float = 10.0,
+                 retry_period: float = 2.0, clock: Clock | None = None) -> None:
+        if not lease_duration > renew_deadline > retry_period > 0:
+            raise ValueError("leader election needs lease_duration > renew_deadline > "
+                             f"retry_period > 0, got {lease_duration}, {renew_deadline}, "
+                             f"{retry_period}")
+        self.identity = identity
+        self._kube = kube
+        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self._name = name
+        self._namespace = namespace
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._lease_duration = lease_duration
+        self._renew_deadline = renew_deadline
+        self._retry_period = retry_period
+        self._clock = clock or RealClock()
+        self._stopped = threading.Event()
+        self._leading = threading.Event()
+        self._thread: threading.Thread | None = None
+        # The last lease record seen, and when (our clock) it last changed.
+        self._observed: tuple[str, str] | None = None  # (holder, renewTime)
+        self._observed_at = 0.0
+        self._resource_version = ""
+        self._transitions = 0
+        self._last_renew = 0.0
+        self._last_error: str | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="leader-election")
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop trying; if leading, release the lease so a standby takes over at once."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def is_leader(self) -> bool:
+        return self._leading.is_set()
+
+    def wait_until_leading(self, timeout: float | None = None) -> bool:
+        return self._leading.wait(timeout)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            ok = self._try_acquire_or_renew()
+            now = self._clock.now()
+            if ok:
+                self._last_renew = now
+                if not self._leading.is_set():
+                    log.info("became leader (lease %s/%s, identity %s)", self._namespace,
+                             self._name, self.identity)
+                    self._leading.set()
+                    self._on_started()
+            elif self._leading.is_set() and now - self._last_renew > self._renew_deadline:
+                log.error("lost leadership: lease not renewed within %.0f s",
+                          self._renew_deadline)
+                self._leading.clear()
+                self._on_stopped()
+                return
+            # client-go's JitterUntil: retry_period up to 1.2x.
+            self._stopped.wait(self._retry_period * (1 + 0.2 * random.random()))
+        if self._leading.is_set():
+            self._release()
+            self._leading.clear()
+
+    def _try_acquire_or_renew(self) -> bool:
+        try:
+            lease = self._kube.request("get", f"{self._path}/{self._name}", timeout=5)
+        except ApiError as err:
+            if err.status != 404:
+                return self._failed(err)
+            return self._create()
+        spec = lease.get("spec") or {}
+        holder = spec.get("holderIdentity") or ""
+        record = (holder, str(spec.get("renewTime", "")))
+        now = self._clock.now()
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        self._resource_version = lease["metadata"]["resourceVersion"]
+        self._transitions = int(spec.get("leaseTransitions") or 0)
+        duration = float(spec.get("leaseDurationSeconds") or self._lease_duration)
+        if holder and holder != self.identity and now < self._observed_at + duration:
+            return False  # someone else holds a live lease
+        return self._update(acquiring=holder != self.identity, spec=spec)
+
+    def _create(self) -> bool:
+        now = _now_micro()
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self._name, "namespace": self._namespace},
+                "spec": {"holderIdentity": self.identity,
+                         "leaseDurationSeconds": int(self._lease_duration),
+                         "acquireTime": now, "renewTime": now, "leaseTransitions": 0}}
+        try:
+            self._kube.request("create", self._path, body=body, timeout=5)
+        except ApiError as err:
+            return self._failed(err)
+        return True
+
+    def _update(self, acquiring: bool, spec: dict[str, Any]) -> bool:
+        now = _now_micro()
+        new_spec = {**spec, "holderIdentity": self.identity,
+                    "leaseDurationSeconds": int(self._lease_duration), "renewTime": now}
+        if acquiring:
+            new_spec["acquireTime"] = now
+            new_spec["leaseTransitions"] = self._transitions + 1
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self._name, "namespace": self._namespace,
+                             "resourceVersion": self._resource_version},
+                "spec": new_spec}
+        try:
+            self._kube.request("update", f"{self._path}/{self._name}", body=body, timeout=5)
+        except ApiError as err:
+            return self._failed(err)
+        self._last_error = None
+        return True
+
+    def _release(self) -> None:
+        """Hand the lease back: empty holder, 1 s duration (what client-go's release writes)."""
+        try:
+            lease = self._kube.request("get", f"{self._path}/{self._name}", timeout=5)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return
+            now = _now_micro()
+            lease["spec"] = {**spec, "holderIdentity": None, "leaseDurationSeconds": 1,
+                             "renewTime": now, "acquireTime": now}
+            self._kube.request("update", f"{self._path}/{self._name}", body=lease, timeout=5)
+            log.info("released the lease %s/%s", self._namespace, self._name)
+        except ApiError as err:
+            log.warning("could not release the lease %s/%s: %s", self._namespace, self._name,
+                        err)
+
+    def _failed(self, err: ApiError) -> bool:
+        message = str(err)
+        if err.status != 409 and message != self._last_error:  # 409: lost a race, normal
+            log.warning("leader election: %s", message)
+            self._last_error = message
+        return False

@@ -1,0 +1,261 @@
+"""Wires the operator together and runs it until a signal: informers -> queue -> controller.
+
+Start-up: HTTP probes and metrics, then the ConfigMap and Namespace informers (standbys keep
+them warm too), then, once the caches have synced and this process leads, the workers.
+Shutdown (SIGTERM/SIGINT): stop taking keys, let in-flight reconciles finish within the drain
+timeout, stop the informers, release the lease, stop the HTTP servers, exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from configmirror.clock import Clock, RealClock
+from configmirror.controller import Controller, Result
+from configmirror.events import EventRecorder
+from configmirror.informer import Informer
+from configmirror.kube import ApiError, Kube
+from configmirror.leaderelection import LeaderElector
+from configmirror.metrics import Metrics
+from configmirror.ratelimit import default_controller_rate_limiter
+from configmirror.replication import (
+    CONFIGMAPS,
+    NAMESPACES,
+    SOURCES_BY_NAME,
+    ConfigMap,
+    Namespace,
+    Replicator,
+    Scope,
+    all_sources,
+    configmap_from_json,
+    configmap_indexers,
+    namespace_from_json,
+)
+from configmirror.settings import Settings
+from configmirror.store import Store
+from configmirror.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+SYNC_TIMEOUT = 120.0
+
+
+class Manager:
+    """Owns every thread of the operator: it starts them, stops them and joins them."""
+
+    def __init__(self, settings: Settings, kube: Kube, metrics: Metrics | None = None,
+                 clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.metrics = metrics or Metrics()
+        self._clock = clock or RealClock()
+        scope = Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
+        self.configmaps: Store[ConfigMap] = Store(configmap_indexers())
+        self.namespaces: Store[Namespace] = Store()
+        self.queue: WorkQueue[str] = WorkQueue(
+            max_retries=settings.max_retries,
+            rate_limiter=default_controller_rate_limiter(self._clock),
+            clock=self._clock, metrics=self.metrics.queue("configmirror"))
+        self.replicator = Replicator(kube, self.configmaps, self.namespaces, scope,
+                                     EventRecorder(kube), self.metrics, settings.dry_run)
+        self.controller = Controller("configmirror", self.queue, self._reconcile,
+                                     settings.workers, self.metrics,
+                                     on_give_up=self.replicator.report_give_up,
+                                     expected_errors=(ApiError,))
+        self.configmap_informer = Informer(
+            kube, CONFIGMAPS, configmap_from_json, self.configmaps, self._on_configmap,
+            "configmaps", self.metrics, self._clock)
+        self.namespace_informer = Informer(
+            kube, NAMESPACES, namespace_from_json, self.namespaces, self._on_namespace,
+            "namespaces", self.metrics, self._clock)
+        self.informers: list[Informer[Any]] = [self.configmap_informer, self.namespace_informer]
+        self.elector: LeaderElector | None = None
+        if settings.leader_elect:
+            self.elector = LeaderElector(
+                kube, settings.leader_election_namespace, settings.leader_election_id,
+                identity=f"{socket.gethostname()}_{id(self):x}",
+                on_started_leading=lambda: self.metrics.leader.set(1),
+                on_stopped_leading=self._lost_leadership)
+        self._servers: list[_HTTPServer] = []
+        self._lost = threading.Event()
+        self._workers_started = False
+
+    # -- event handlers: map every change to the source keys it may affect ----------------
+
+    def _on_configmap(self, old: ConfigMap | None, new: ConfigMap | None) -> None:
+        for cm in (old, new):
+            if cm is None:
+                continue
+            if cm.source is not None:
+                self.queue.add(cm.key)
+            if cm.replica_of:
+                self.queue.add(cm.replica_of)
+            # A plain ConfigMap that appears or goes may block or free a same-named source.
+            for key in self.configmaps.index_keys(SOURCES_BY_NAME, cm.name):
+                if key != cm.key:
+                    self.queue.add(key)
+
+    def _on_namespace(self, old: Namespace | None, new: Namespace | None) -> None:
+        if (old is not None and new is not None and old.labels == new.labels
+                and old.terminating == new.terminating):
+            return  # nothing a source can select on has changed
+        for source in all_sources(self.configmaps):
+            self.queue.add(source.key)
+
+    def _reconcile(self, key: str) -> Result:
+        self.replicator.reconcile(key)
+        return Result()
+
+    # -- run --------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> int:
+        """Run until `stop` is set (or leadership is lost). Returns the exit code."""
+        try:
+            self._start_http()
+            for informer in self.informers:
+                informer.start()
+            if not self._wait(lambda: all(i.has_synced() for i in self.informers), stop,
+                              SYNC_TIMEOUT):
+                if not stop.is_set():
+                    log.error("caches did not sync within %.0f s", SYNC_TIMEOUT)
+                    return 1
+                return 0
+            log.info("caches synced: %d ConfigMaps, %d namespaces", len(self.configmaps),
+                     len(self.namespaces))
+            if self.elector is not None:
+                self.elector.start()
+                log.info("waiting to become leader (lease %s/%s)",
+                         self.settings.leader_election_namespace,
+                         self.settings.leader_election_id)
+                if not self._wait(self.elector.is_leader, stop, None):
+                    return 0
+            self.controller.start()
+            self._workers_started = True
+            log.info("started %d workers%s", self.settings.workers,
+                     " (dry run: no writes)" if self.settings.dry_run else "")
+            self._resync_until(stop)
+            return 1 if self._lost.is_set() else 0
+        finally:
+            self._shutdown()
+
+    def _resync_until(self, stop: threading.Event) -> None:
+        """The main thread's job while workers run: periodic resync from the caches."""
+        period = self.settings.resync_period
+        next_resync = time.monotonic() + period
+        while not stop.is_set() and not self._lost.is_set():
+            stop.wait(min(1.0, max(next_resync - time.monotonic(), 0.0)))
+            if period > 0 and time.monotonic() >= next_resync:
+                self.configmap_informer.resync()
+                next_resync = time.monotonic() + period
+
+    def _shutdown(self) -> None:
+        if self._workers_started:
+            drained = self.controller.stop(self.settings.drain_timeout)
+            log.info("workers stopped%s", "" if drained else " (drain timed out)")
+        else:
+            self.queue.shutdown()
+        for informer in self.informers:
+            informer.stop()
+        if self.elector is not None:
+            self.elector.stop()
+        for server in self._servers:
+            server.stop()
+        self.kube.close()
+
+    def _lost_leadership(self) -> None:
+        self.metrics.leader.set(0)
+        self._lost.set()
+
+    @staticmethod
+    def _wait(condition: Callable[[], bool], stop: threading.Event,
+              timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not condition():
+            if stop.is_set() or (deadline is not None and time.monotonic() > deadline):
+                return False
+            stop.wait(0.05)
+        return True
+
+    # -- probes and metrics -------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        """Live: no worker thread has died."""
+        return not self._workers_started or \
+            self.controller.alive_workers() == self.settings.workers
+
+    def ready(self) -> bool:
+        """Ready: caches synced (a standby is ready too: it can take over at once)."""
+        return all(i.has_synced() for i in self.informers)
+
+    def _start_http(self) -> None:
+        routes: dict[str, dict[str, Callable[[], tuple[int, str, bytes]]]] = {}
+        for address, paths in (
+            (self.settings.health_probe_bind_address, {
+                "/healthz": lambda: _probe(self.healthy()),
+                "/readyz": lambda: _probe(self.ready())}),
+            (self.settings.metrics_bind_address, {
+                "/metrics": lambda: (200, CONTENT_TYPE_LATEST,
+                                     generate_latest(self.metrics.registry))}),
+        ):
+            if address not in ("", "0"):
+                routes.setdefault(address, {}).update(paths)
+        for address, paths in routes.items():
+            server = _HTTPServer(address, paths)
+            server.start()
+            self._servers.append(server)
+            log.info("serving %s on %s", ", ".join(sorted(paths)), server.address)
+
+    @property
+    def http_addresses(self) -> list[str]:
+        return [s.address for s in self._servers]
+
+
+def _probe(ok: bool) -> tuple[int, str, bytes]:
+    return (200, "text/plain", b"ok") if ok else (500, "text/plain", b"not ok")
+
+
+class _HTTPServer:
+    """A small threaded HTTP server for probes and metrics, on a thread its owner joins."""
+
+    def __init__(self, address: str, routes: dict[str, Callable[[], tuple[int, str, bytes]]]):
+        host, _, port = address.rpartition(":")
+        handler = _handler(routes)
+        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), handler)
+        self._server.daemon_threads = True  # per-request threads; serve_forever is joined
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.2}, name=f"http-{port}")
+        bound_host, bound_port = self._server.server_address[:2]
+        self.address = f"{bound_host!s}:{bound_port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def _handler(routes: dict[str, Callable[[], tuple[int, str, bytes]]]) -> type:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            route = routes.get(self.path.split("?", 1)[0])
+            status, content_type, body = route() if route else (404, "text/plain",
+                                                                b"not found")
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # probes every few seconds would drown the log
+
+    return Handler

@@ -1,0 +1,27 @@
+"""Settings: what the command line and CONFIGMIRROR_* environment variables configure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from configmirror.replication import DEFAULT_EXCLUDED
+
+
+@dataclass(frozen=True)
+class Settings:
+    kubeconfig: str | None = None
+    context: str | None = None
+    workers: int = 4
+    max_retries: int = 5
+    resync_period: float = 600.0
+    source_namespaces: str = "*"
+    exclude_namespaces: str = DEFAULT_EXCLUDED
+    leader_elect: bool = False
+    leader_election_namespace: str = "configmirror"
+    leader_election_id: str = "configmirror"
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":8081"
+    log_format: str = "text"
+    log_level: str = "info"
+    dry_run: bool = False
+    drain_timeout: float = 25.0  # SIGTERM: how long in-flight reconciles may take to finish
