@@ -131,7 +131,7 @@ class Informer(Generic[T]):
 
     def _run(self) -> None:
         backoff = Backoff(self._clock)
-        need_list = True
+        need_list = not self._synced.is_set()  # list_once() may have listed already
         while not self._stopped.is_set():
             try:
                 if need_list:

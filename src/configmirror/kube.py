@@ -194,9 +194,10 @@ class WatchStream:
 
     def close(self) -> None:
         """End the stream; safe from another thread, where it also unblocks a pending read."""
-        shutdown = getattr(self._response, "shutdown", None)
-        if shutdown is not None:
-            shutdown()
+        try:
+            self._response.shutdown()
+        except RuntimeError:
+            pass  # the stream already ended and its connection went back to the pool
         self._response.close()
         self._response.release_conn()
 
