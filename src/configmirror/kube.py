@@ -7,6 +7,7 @@ json.loads on large lists). Every request has a timeout and is counted by verb a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -194,10 +195,9 @@ class WatchStream:
 
     def close(self) -> None:
         """End the stream; safe from another thread, where it also unblocks a pending read."""
-        try:
+        # RuntimeError: the stream already ended and its connection went back to the pool.
+        with contextlib.suppress(RuntimeError):
             self._response.shutdown()
-        except RuntimeError:
-            pass  # the stream already ended and its connection went back to the pool
         self._response.close()
         self._response.release_conn()
 

@@ -142,7 +142,8 @@ def test_namespace_created_after_the_source_gets_its_replica_within_2s(
         cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
     src = namespaces()
     tag = src.rsplit("-", 1)[-1]
-    cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: f"late-*-{tag}"}))
+    cluster.core.create_namespaced_config_map(src, configmap("cfg",
+                                                             {REPLICATE_TO: f"late-*-{tag}"}))
     late = namespaces(name=f"late-x-{tag}")
     started = time.monotonic()
     wait_replica(cluster, late, timeout=2)
@@ -374,7 +375,7 @@ def test_invalid_spec_records_invalid_spec_and_deletes_nothing(
     wait_replica(cluster, a, {"greeting": "hello", "fixed": "yes"})
 
 
-# -- dry run and plan --------------------------------------------------------------------------------
+# -- dry run and plan ---------------------------------------------------------------------------
 
 
 def test_dry_run_writes_nothing(cluster: Cluster, namespaces: Namespaces,
