@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, config
 
 from configmirror.envtest import ControlPlane, find_assets
@@ -37,6 +38,26 @@ class Cluster:
         self.api_client = config.new_client_from_config(str(kubeconfig))
         self.core = client.CoreV1Api(self.api_client)
         self.rbac = client.RbacAuthorizationV1Api(self.api_client)
+
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
+        """Create ServiceAccount `name` and write a kubeconfig holding only its token."""
+        self.core.create_namespaced_service_account(
+            namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
+        token = self.core.create_namespaced_service_account_token(
+            name, namespace, client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
+        ).status.token
+        with open(self.kubeconfig) as f:
+            doc = yaml.safe_load(f)
+        doc["users"] = [{"name": name, "user": {"token": token}}]
+        for context in doc["contexts"]:
+            context["context"]["user"] = name
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    def audit(self, user: str | None = None) -> list[dict[str, Any]]:
+        """The apiserver's audit events (local control plane only)."""
+        return self.require_plane().audit_events(user)
 
     def require_plane(self) -> ControlPlane:
         """The local control plane; skips the test against an external cluster."""

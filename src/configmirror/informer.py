@@ -232,8 +232,8 @@ class Informer(Generic[T]):
                 self._notify(old, new)
         elif kind == "DELETED":
             last = self.store.delete(key)
-            if last is not None:  # None: already forgotten (deleted by us), nothing to tell
-                self._notify(last, None)
+            # Told even when our own delete already dropped it: others may wait on it.
+            self._notify(last if last is not None else self._transform(raw), None)
         self.resource_version = version
 
     # -- helpers ------------------------------------------------------------------------------

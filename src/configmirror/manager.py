@@ -90,16 +90,21 @@ class Manager:
     # -- event handlers: map every change to the source keys it may affect ----------------
 
     def _on_configmap(self, old: ConfigMap | None, new: ConfigMap | None) -> None:
+        # A replica is judged by its state now; its old state only matters if it is gone.
+        if new is not None and new.replica_of:
+            if self.replicator.replica_needs_reconcile(new, deleted=False):
+                self.queue.add(new.replica_of)
+        elif old is not None and old.replica_of:
+            if self.replicator.replica_needs_reconcile(old, deleted=True):
+                self.queue.add(old.replica_of)
         for cm in (old, new):
             if cm is None:
                 continue
             if cm.source is not None:
                 self.queue.add(cm.key)
-            if cm.replica_of:
-                self.queue.add(cm.replica_of)
-            # A plain ConfigMap that appears or goes may block or free a same-named source.
+            # Any ConfigMap that appears or goes may block or free a same-named source.
             for key in self.configmaps.index_keys(SOURCES_BY_NAME, cm.name):
-                if key != cm.key:
+                if key not in (cm.key, cm.replica_of):
                     self.queue.add(key)
 
     def _on_namespace(self, old: Namespace | None, new: Namespace | None) -> None:

@@ -420,6 +420,44 @@ class Replicator:
         self._metrics = metrics
         self.dry_run = dry_run
         self._invalid_logged: dict[str, str] = {}  # key -> message logged, to log it once
+        # key -> (resourceVersion, (spec, desired hash) or None if invalid)
+        self._memo: dict[str, tuple[str, tuple[Spec, str] | None]] = {}
+
+    def replica_needs_reconcile(self, replica: ConfigMap, deleted: bool) -> bool:
+        """Whether an event for one of our replicas asks anything of its source.
+
+        Our own writes come back as watch events, sometimes before the writer has cached
+        them; a replica that is exactly what its source wants needs no reconcile, whatever
+        the order. Drift, orphans and hand deletions in targeted namespaces do.
+        """
+        assert replica.replica_of is not None
+        source = self._configmaps.get(replica.replica_of)
+        if source is None or source.source is None or not self._scope.honours(source):
+            return not deleted  # an orphan to clean up (a deleted one needs nothing)
+        compiled = self._compiled(source)
+        if compiled is None:
+            return False  # invalid spec: nothing changes until the source is fixed
+        spec, want = compiled
+        namespace = self._namespaces.get(replica.namespace)
+        targeted = (namespace is not None and self._scope.may_target(source.namespace, namespace)
+                    and spec.wants(namespace))
+        if deleted:
+            return targeted
+        return not targeted or replica.content_hash != want
+
+    def _compiled(self, source: ConfigMap) -> tuple[Spec, str] | None:
+        """The source's parsed spec and desired replica hash, memoized per resourceVersion."""
+        assert source.source is not None
+        cached = self._memo.get(source.key)
+        if cached is not None and cached[0] == source.resource_version:
+            return cached[1]
+        try:
+            compiled: tuple[Spec, str] | None = (
+                parse_spec(source.source), desired_hash(source.source, source.key))
+        except InvalidSpec:
+            compiled = None
+        self._memo[source.key] = (source.resource_version, compiled)
+        return compiled
 
     def plan(self, key: str) -> ReplicationPlan:
         """The plan for `key` from the caches (changes nothing)."""

@@ -1,0 +1,166 @@
+"""The operator as a process: shutdown, restarts, plan, and no hot loops on 403/Terminating."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from configmirror.replication import REPLICATE_TO, REPLICATE_TO_MATCHING
+from tests.conftest import Cluster, Namespaces, unique_name, wait_for
+from tests.e2e.conftest import Operators, configmap, events, read
+
+pytestmark = pytest.mark.controlplane
+
+
+def writes_by_operator(cluster: Cluster, resource: str = "configmaps") -> int:
+    """Writes the apiserver audited from configmirror's user agent."""
+    return sum(1 for e in cluster.audit()
+               if e.get("userAgent", "").startswith("configmirror/")
+               and e.get("verb") in ("create", "update", "patch", "delete")
+               and (e.get("objectRef") or {}).get("resource") == resource)
+
+
+def plan(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "configmirror", "plan", "--kubeconfig",
+                           str(cluster.kubeconfig), *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_restart_with_nothing_changed_makes_zero_writes(
+        cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
+    cluster.require_plane()
+    src = namespaces()
+    targets = [namespaces() for _ in range(3)]
+    for i in range(3):
+        cluster.core.create_namespaced_config_map(src, configmap(
+            f"cfg-{i}", {REPLICATE_TO: ",".join(targets)}))
+    first = operators()
+    wait_for(lambda: first.writes() == 9, what="9 replicas written")
+    assert first.stop() == 0
+    audited = writes_by_operator(cluster)
+    second = operators()
+    wait_for(lambda: second.metric("controller_runtime_reconcile_total",
+                                   'controller="configmirror",result="success"') >= 3,
+             what="the restarted operator to reconcile the 3 sources")
+    wait_for(lambda: second.metric("workqueue_depth") == 0, what="an empty queue")
+    assert second.writes() == 0
+    assert writes_by_operator(cluster) == audited, "the apiserver saw writes after restart"
+
+
+def test_sigterm_during_a_slow_reconcile_lets_it_finish_then_exits_0(
+        cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
+    src = namespaces()
+    label = {"configmirror-sigterm": src}
+    targets = [namespaces(labels=label) for _ in range(120)]
+    cluster.core.create_namespaced_config_map(src, configmap(
+        "cfg", {REPLICATE_TO_MATCHING: f"configmirror-sigterm={src}"}))
+    operator = operators(wait=False)
+    wait_for(lambda: any(read(cluster, ns, "cfg") for ns in targets[:5]), timeout=30,
+             interval=0.01, what="the reconcile to be under way")
+    assert operator.stop(timeout=30) == 0
+    missing = [ns for ns in targets if read(cluster, ns, "cfg") is None]
+    assert missing == [], f"{len(missing)} replicas missing: the in-flight reconcile was cut"
+    assert "draining in-flight work" in operator.log()
+
+
+def test_plan_prints_the_plan_exits_2_then_0_once_synced(
+        cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
+    src, a, stale = namespaces(), namespaces(), namespaces()
+    cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: a}))
+    before = plan(cluster, "--namespace", src)
+    assert before.returncode == 2, before.stderr
+    assert f"create   {a}/cfg  (missing)" in before.stdout
+    as_json = json.loads(plan(cluster, "--namespace", src, "--output", "json").stdout)
+    assert as_json["in_sync"] is False
+    assert as_json["plans"][0]["actions"] == [
+        {"action": "create", "namespace": a, "name": "cfg", "why": "missing"}]
+    assert read(cluster, a, "cfg") is None, "plan must change nothing"
+    operators()
+    wait_for(lambda: read(cluster, a, "cfg") is not None, what="the replica")
+    after = plan(cluster, "--namespace", src)
+    assert after.returncode == 0, after.stdout
+    assert f"{src}/cfg: in sync, 1 target namespace(s)" in after.stdout
+    assert stale  # (an untargeted namespace is simply not listed)
+
+
+def test_plan_reports_conflicts_and_invalid_specs(cluster: Cluster,
+                                                  namespaces: Namespaces) -> None:
+    src, a = namespaces(), namespaces()
+    cluster.core.create_namespaced_config_map(a, configmap("mine"))
+    cluster.core.create_namespaced_config_map(src, configmap("mine", {REPLICATE_TO: a}))
+    cluster.core.create_namespaced_config_map(src, configmap(
+        "broken", {REPLICATE_TO_MATCHING: "env in (x"}))
+    out = plan(cluster, "--namespace", src)
+    assert out.returncode == 2
+    assert f"conflict {a}/mine" in out.stdout
+    assert f"{src}/broken: invalid spec:" in out.stdout
+
+
+def _restricted_operator_identity(cluster: Cluster, home: str, allowed: list[str],
+                                  tmp: Path) -> tuple[Path, str]:
+    """An identity that may read everything but write ConfigMaps only in `allowed`."""
+    name = unique_name("restricted")
+    rbac = cluster.rbac
+    rule = client.V1PolicyRule
+    rbac.create_cluster_role(client.V1ClusterRole(
+        metadata=client.V1ObjectMeta(name=f"{name}-read"), rules=[
+            rule(api_groups=[""], resources=["configmaps", "namespaces"],
+                 verbs=["get", "list", "watch"]),
+            rule(api_groups=[""], resources=["events"], verbs=["create", "patch"])]))
+    rbac.create_cluster_role(client.V1ClusterRole(
+        metadata=client.V1ObjectMeta(name=f"{name}-write"), rules=[
+            rule(api_groups=[""], resources=["configmaps"],
+                 verbs=["create", "update", "delete"])]))
+    subject = [client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=home)]
+    ref = client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                           name=f"{name}-read")
+    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
+        metadata=client.V1ObjectMeta(name=f"{name}-read"), role_ref=ref, subjects=subject))
+    for ns in allowed:
+        rbac.create_namespaced_role_binding(ns, client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name=f"{name}-write"), subjects=subject,
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io",
+                                      kind="ClusterRole", name=f"{name}-write")))
+    kubeconfig = cluster.service_account_kubeconfig(home, name, tmp / f"{name}.kubeconfig")
+    return kubeconfig, f"system:serviceaccount:{home}:{name}"
+
+
+def _requests_into(cluster: Cluster, user: str, namespace: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.audit(user)
+            if (e.get("objectRef") or {}).get("namespace") == namespace
+            and (e.get("objectRef") or {}).get("resource") == "configmaps"]
+
+
+def test_forbidden_and_terminating_namespaces_cause_no_hot_loop(
+        cluster: Cluster, namespaces: Namespaces, operators: Operators, tmp_path: Path) -> None:
+    src, allowed, forbidden = namespaces(), namespaces(), namespaces()
+    terminating = namespaces()
+    namespaces.delete(terminating, finalize=False)  # stays Terminating: no controller-manager
+    kubeconfig, user = _restricted_operator_identity(cluster, src, [allowed, src], tmp_path)
+    operator = operators(kubeconfig=kubeconfig)
+    cluster.core.create_namespaced_config_map(src, configmap(
+        "cfg", {REPLICATE_TO: f"{allowed},{forbidden},{terminating}"}, data={"v": "1"}))
+    wait_for(lambda: read(cluster, allowed, "cfg") is not None, what="the allowed replica")
+    failed = wait_for(lambda: events(cluster, src, "cfg", "ReplicationFailed"),
+                      what="ReplicationFailed")
+    assert failed[0].type == "Warning" and forbidden in failed[0].message
+    # A second reconcile (an edit) is the clock: each reconcile may try the forbidden
+    # namespace once; a hot loop would try it many times in between.
+    cluster.core.patch_namespaced_config_map("cfg", src, {"data": {"v": "2"}})
+    wait_for(lambda: (read(cluster, allowed, "cfg").data or {}) == {"v": "2"},  # type: ignore[union-attr]
+             what="the edit to reach the allowed namespace")
+    wait_for(lambda: operator.metric("workqueue_depth") == 0, what="an empty queue")
+    attempts = _requests_into(cluster, user, forbidden)
+    assert 1 <= len(attempts) <= 2, f"{len(attempts)} writes tried in the forbidden namespace"
+    assert all(e["responseStatus"]["code"] == 403 for e in attempts)
+    assert _requests_into(cluster, user, terminating) == [], "terminating: no write at all"
+    assert len(events(cluster, src, "cfg", "ReplicationFailed")) == 1, "one Event, counted"
+    error_lines = [line for line in operator.log().splitlines()
+                   if " ERROR " in line or "Traceback" in line]
+    assert error_lines == []
