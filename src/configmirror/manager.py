@@ -91,12 +91,10 @@ class Manager:
 
     def _on_configmap(self, old: ConfigMap | None, new: ConfigMap | None) -> None:
         # A replica is judged by its state now; its old state only matters if it is gone.
-        if new is not None and new.replica_of:
-            if self.replicator.replica_needs_reconcile(new, deleted=False):
-                self.queue.add(new.replica_of)
-        elif old is not None and old.replica_of:
-            if self.replicator.replica_needs_reconcile(old, deleted=True):
-                self.queue.add(old.replica_of)
+        current, gone = (new, False) if new is not None and new.replica_of else (old, True)
+        if (current is not None and current.replica_of
+                and self.replicator.replica_needs_reconcile(current, deleted=gone)):
+            self.queue.add(current.replica_of)
         for cm in (old, new):
             if cm is None:
                 continue
