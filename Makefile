@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml
 .PHONY: venv
 venv: $(STAMP) ## create .venv and install configmirror with its test and lint extras
 
+.PHONY: demo
+demo: $(STAMP) ## local control plane + operator + deploy/examples; Ctrl-C stops it all
+	@$(PY) hack/demo.py
+
 .PHONY: controlplane
 controlplane: ## build (once) or find kube-apiserver/etcd/kubectl; prints their folder last
 	@hack/controlplane/build.sh
