@@ -7,8 +7,10 @@ PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-# The folder with kube-apiserver, etcd, etcdctl and kubectl (built once, cached outside the repo).
-CONTROLPLANE = $(shell hack/controlplane/build.sh | tail -n 1)
+# The image deploy/ runs (kustomization.yaml's images: entry); `make image` builds this tag.
+IMAGE        ?= ghcr.io/configmirror/configmirror:0.1.0
+KIND_CLUSTER ?= configmirror
+KUBECTL      ?= kubectl
 
 .PHONY: help
 help: ## list the targets
@@ -48,13 +50,49 @@ unit: $(STAMP) ## run only the unit tests (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: $(STAMP) ## ruff + mypy --strict
+lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile)
 	$(VENV)/bin/ruff check src tests bench hack
 	$(VENV)/bin/mypy --strict src
+	$(VENV)/bin/hadolint Dockerfile
 
 .PHONY: bench
 bench: $(STAMP) ## benchmarks; each prints ratios against a baseline measured in the same run
 	$(PY) bench/bench_workqueue.py
+
+.PHONY: run
+run: $(STAMP) ## run the operator on the current kubeconfig context (Ctrl-C stops it)
+	$(PY) -m configmirror run
+
+.PHONY: image
+image: ## build the container image $(IMAGE)
+	docker build -t $(IMAGE) .
+
+.PHONY: deploy
+deploy: ## kubectl apply -k deploy/ (RBAC, Deployment, PDB, metrics Service)
+	$(KUBECTL) apply -k deploy/
+
+.PHONY: undeploy
+undeploy: ## kubectl delete -k deploy/
+	$(KUBECTL) delete -k deploy/ --ignore-not-found
+
+.PHONY: kind-test
+kind-test: $(STAMP) ## kind cluster + image + deploy/ + the e2e tests against it (KEEP_CLUSTER=1 keeps it)
+	@set -euo pipefail; \
+	ctx=kind-$(KIND_CLUSTER); kubeconfig=$$(mktemp); \
+	cleanup() { if [ "$${KEEP_CLUSTER:-}" = 1 ]; then echo "kind-test: keeping cluster $(KIND_CLUSTER)"; \
+	  else echo "kind-test: deleting cluster $(KIND_CLUSTER)"; kind delete cluster --name $(KIND_CLUSTER); fi; rm -f $$kubeconfig; }; \
+	trap cleanup EXIT; \
+	echo "kind-test: creating cluster $(KIND_CLUSTER)"; \
+	kind create cluster --name $(KIND_CLUSTER) --kubeconfig $$kubeconfig --wait 120s; \
+	echo "kind-test: building image $(IMAGE)"; docker build -t $(IMAGE) .; \
+	echo "kind-test: loading the image into the cluster's nodes"; \
+	kind load docker-image $(IMAGE) --name $(KIND_CLUSTER); \
+	echo "kind-test: applying deploy/"; $(KUBECTL) --kubeconfig $$kubeconfig apply -k deploy/; \
+	echo "kind-test: waiting for the rollout"; \
+	$(KUBECTL) --kubeconfig $$kubeconfig -n configmirror rollout status deployment/configmirror --timeout=180s; \
+	echo "kind-test: running the end-to-end tests against the in-cluster operator"; \
+	CONFIGMIRROR_E2E_KUBECONFIG=$$kubeconfig CONFIGMIRROR_E2E_OPERATOR=in-cluster \
+	  $(PY) -m pytest tests/e2e/test_replication.py $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## remove the venv and caches in the repo (the control-plane cache is kept)

@@ -9,6 +9,7 @@ timeout, stop the informers, release the lease, stop the HTTP servers, exit 0.
 from __future__ import annotations
 
 import logging
+import secrets
 import socket
 import threading
 import time
@@ -80,7 +81,8 @@ class Manager:
         if settings.leader_elect:
             self.elector = LeaderElector(
                 kube, settings.leader_election_namespace, settings.leader_election_id,
-                identity=f"{socket.gethostname()}_{id(self):x}",
+                # Random: two processes on one host (or with one pod name) must differ.
+                identity=f"{socket.gethostname()}_{secrets.token_hex(4)}",
                 on_started_leading=lambda: self.metrics.leader.set(1),
                 on_stopped_leading=self._lost_leadership)
         self._servers: list[_HTTPServer] = []

@@ -55,9 +55,10 @@ class Operator:
         """A sample from /metrics, e.g. metric('configmirror_replica_writes_total',
         'action="create"'); 0 if absent."""
         text = self.get("/metrics", self.metrics_port) or ""
-        pattern = re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else
-                                     r"(\{[^}]*\})?") + r" ([0-9.e+-]+)"
-        return sum(float(m.group(m.lastindex or 1)) for m in re.finditer(pattern, text))
+        pattern = "^" + re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else
+                                           r"(\{[^}]*\})?") + r" ([0-9.e+-]+)$"
+        return sum(float(m.group(m.lastindex or 1))
+                   for m in re.finditer(pattern, text, re.MULTILINE))
 
     def writes(self) -> float:
         return self.metric("configmirror_replica_writes_total")
@@ -77,6 +78,32 @@ class Operator:
         return self.proc.returncode
 
 
+IN_CLUSTER = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
+
+
+class InClusterOperator:
+    """The operator `make kind-test` deployed: running already, not ours to start or stop."""
+
+    @staticmethod
+    def _local_only(what: str) -> Any:
+        pytest.skip(f"needs a local operator process ({what}); the in-cluster one is used")
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        pass
+
+    def metric(self, name: str, labels: str = "") -> float:
+        return self._local_only("its /metrics")  # type: ignore[no-any-return]
+
+    def writes(self) -> float:
+        return self.metric("configmirror_replica_writes_total")
+
+    def log(self) -> str:
+        return self._local_only("its log")  # type: ignore[no-any-return]
+
+    def stop(self, timeout: float = 30) -> int:
+        return self._local_only("stopping it")  # type: ignore[no-any-return]
+
+
 class Operators:
     """Starts operators for one test and stops them (checking a clean exit) afterwards."""
 
@@ -84,10 +111,19 @@ class Operators:
         self.cluster = cluster
         self.folder = folder
         self.started: list[Operator] = []
+        self.in_cluster_used = False
 
     def __call__(self, *flags: str, kubeconfig: Path | None = None, wait: bool = True,
                  env: dict[str, str] | None = None) -> Operator:
-        op = Operator(kubeconfig or self.cluster.kubeconfig,
+        if IN_CLUSTER:
+            if flags or kubeconfig or self.in_cluster_used:
+                InClusterOperator._local_only("flags or restarts")
+            self.in_cluster_used = True
+            return InClusterOperator()  # type: ignore[return-value]
+        # CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG runs the operator as another identity (the
+        # RBAC proof runs these tests with only deploy/'s ServiceAccount token).
+        default = os.environ.get("CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG") or self.cluster.kubeconfig
+        op = Operator(kubeconfig or Path(default),
                       self.folder / f"operator-{len(self.started)}.log", *flags, env=env)
         self.started.append(op)
         if wait:

@@ -1,0 +1,119 @@
+"""deploy/ against a real apiserver: valid manifests, RBAC that is enough and no wider, and
+two operators with leader election."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from configmirror.replication import REPLICATE_TO
+from tests.conftest import REPO, Cluster, Namespaces, wait_for
+from tests.e2e.conftest import Operators, configmap, read
+
+pytestmark = pytest.mark.controlplane
+SA = "system:serviceaccount:configmirror:configmirror"
+
+
+@pytest.fixture(scope="module")
+def deployed(cluster: Cluster) -> Cluster:
+    """deploy/ applied for real (no kubelet here, so its pods never run; its RBAC is real)."""
+    plane = cluster.require_plane()
+    plane.kubectl("apply", "-k", str(REPO / "deploy"))
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def sa_kubeconfig(deployed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig holding only a TokenRequest token of deploy/'s ServiceAccount."""
+    token = deployed.core.create_namespaced_service_account_token(
+        "configmirror", "configmirror", client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))).status.token
+    plane = deployed.require_plane()
+    return plane.kubeconfig_for_token(token, tmp_path_factory.mktemp("sa") / "kubeconfig")
+
+
+def test_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
+    plane = cluster.require_plane()
+    # A server-side dry run cannot see a namespace that the same dry run would create.
+    plane.kubectl("apply", "-f", str(REPO / "deploy" / "namespace.yaml"))
+    done = plane.kubectl("apply", "--dry-run=server", "-k", str(REPO / "deploy"))
+    for kind in ("namespace/configmirror", "serviceaccount/configmirror",
+                 "clusterrole.rbac.authorization.k8s.io/configmirror",
+                 "deployment.apps/configmirror", "poddisruptionbudget.policy/configmirror",
+                 "service/configmirror-metrics"):
+        assert kind in done.stdout
+
+
+@pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [
+    ("list", "configmaps", None, True),
+    ("watch", "configmaps", None, True),
+    ("create", "configmaps", "default", True),
+    ("update", "configmaps", "default", True),
+    ("delete", "configmaps", "default", True),
+    ("list", "namespaces", None, True),
+    ("create", "events", "default", True),
+    ("patch", "events", "default", True),
+    ("create", "leases.coordination.k8s.io", "configmirror", True),
+    ("update", "leases.coordination.k8s.io", "configmirror", True),
+    # Not wider than needed:
+    ("get", "secrets", "default", False),
+    ("list", "secrets", None, False),
+    ("delete", "namespaces", None, False),
+    ("create", "namespaces", None, False),
+    ("patch", "configmaps", "default", False),
+    ("deletecollection", "configmaps", "default", False),
+    ("get", "configmaps", "default", False),
+    ("create", "leases.coordination.k8s.io", "default", False),
+    ("delete", "events", "default", False),
+])
+def test_service_account_may_do_exactly_what_configmirror_does(
+        deployed: Cluster, sa_kubeconfig: Path, verb: str, resource: str,
+        namespace: str | None, allowed: bool) -> None:
+    scope = ["--namespace", namespace] if namespace else ["--all-namespaces"]
+    done = deployed.require_plane().kubectl("auth", "can-i", verb, resource, *scope,
+                                            kubeconfig=sa_kubeconfig, check=False)
+    assert done.stdout.strip() == ("yes" if allowed else "no"), done.stdout + done.stderr
+
+
+def test_replication_suite_passes_with_only_the_service_account_token(
+        deployed: Cluster, sa_kubeconfig: Path) -> None:
+    """The whole replication end-to-end module, with the operator using deploy/'s RBAC."""
+    env = {**os.environ, "CONFIGMIRROR_E2E_KUBECONFIG": str(deployed.kubeconfig),
+           "CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG": str(sa_kubeconfig)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(REPO / "tests" / "e2e" / "test_replication.py")],
+        capture_output=True, text=True, timeout=900, env=env, cwd=REPO, check=False)
+    tail = done.stdout[-3000:]
+    assert done.returncode == 0, tail
+    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+
+
+def test_two_operators_one_writes_and_the_other_takes_over(
+        deployed: Cluster, sa_kubeconfig: Path, namespaces: Namespaces,
+        operators: Operators) -> None:
+    src, a, b = namespaces(), namespaces(), namespaces()
+    flags = ("--leader-elect", "--leader-election-namespace", "configmirror",
+             "--leader-election-id", f"configmirror-{src}")
+    first = operators(*flags, kubeconfig=sa_kubeconfig)
+    wait_for(lambda: first.metric("configmirror_leader") == 1, what="the first to lead")
+    second = operators(*flags, kubeconfig=sa_kubeconfig)  # ready: caches warm, not leading
+    deployed.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: f"{a},{b}"},
+                                                              data={"v": "1"}))
+    wait_for(lambda: read(deployed, a, "cfg") and read(deployed, b, "cfg"), what="replicas")
+    assert second.metric("configmirror_leader") == 0
+    assert (first.writes(), second.writes()) == (2, 0), "exactly one operator writes"
+
+    assert first.stop() == 0  # SIGTERM: drains, releases the lease
+    wait_for(lambda: second.metric("configmirror_leader") == 1, timeout=15,
+             what="the standby to take over within the lease duration")
+    deployed.core.patch_namespaced_config_map("cfg", src, {"data": {"v": "2"}})
+    for ns in (a, b):
+        wait_for(lambda ns=ns: (read(deployed, ns, "cfg").data or {}) == {"v": "2"},  # type: ignore[union-attr]
+                 what=f"the new leader to update {ns}")
+    assert second.writes() == 2
