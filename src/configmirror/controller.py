@@ -53,6 +53,7 @@ class Controller:
         self._expected_errors = expected_errors
         self._threads: list[threading.Thread] = []
         self._started = False
+        self._stopping = threading.Event()
         self._metrics.max_concurrent_reconciles.labels(name).set(workers)
         self._metrics.active_workers.labels(name).set(0)
 
@@ -67,10 +68,11 @@ class Controller:
             self._threads.append(thread)
 
     def stop(self, drain_timeout: float) -> bool:
-        """Stop taking keys, let in-flight reconciles finish (up to `drain_timeout`), join.
+        """Take no new keys, let in-flight reconciles finish (up to `drain_timeout`), join.
 
         Returns True when every in-flight reconcile finished in time.
         """
+        self._stopping.set()
         drained = self.queue.shutdown_with_drain(drain_timeout)
         if not drained:
             log.warning("controller %s: in-flight work did not finish within %.0f s",
@@ -87,6 +89,11 @@ class Controller:
 
     def _work(self) -> None:
         while (key := self.queue.get(timeout=None)) is not None:
+            if self._stopping.is_set():
+                # Stopping: finish what is in flight, start nothing new. Keys still queued
+                # are not lost: the next leader lists everything at start-up.
+                self.queue.done(key)
+                return
             self._process(key)
 
     def _process(self, key: str) -> None:

@@ -174,10 +174,14 @@ class ControlPlane:
             stop_process(self._apiserver)
         self._start_apiserver()
 
-    def stop_apiserver(self) -> None:
-        """Stop kube-apiserver only (restart it with start_apiserver)."""
+    def stop_apiserver(self, kill: bool = False) -> None:
+        """Stop kube-apiserver only (SIGKILL if `kill`); start it again with start_apiserver."""
         if self._apiserver is not None:
-            stop_process(self._apiserver)
+            if kill:
+                self._apiserver.kill()
+                self._apiserver.wait(STOP_TIMEOUT)
+            else:
+                stop_process(self._apiserver)
             self._apiserver = None
 
     def start_apiserver(self) -> None:

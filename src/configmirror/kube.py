@@ -195,8 +195,9 @@ class WatchStream:
 
     def close(self) -> None:
         """End the stream; safe from another thread, where it also unblocks a pending read."""
-        # RuntimeError: the stream already ended and its connection went back to the pool.
-        with contextlib.suppress(RuntimeError):
+        # Raised when the stream already ended: its connection went back to the pool
+        # (RuntimeError) or its socket is already gone (ValueError). Nothing left to stop.
+        with contextlib.suppress(RuntimeError, ValueError):
             self._response.shutdown()
         self._response.close()
         self._response.release_conn()

@@ -174,3 +174,30 @@ def test_start_twice_is_an_error() -> None:
             controller.start()
     finally:
         controller.stop(drain_timeout=5)
+
+
+def test_stop_starts_no_queued_key_and_finishes_the_one_in_flight() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    entered, release = threading.Event(), threading.Event()
+    done: list[str] = []
+
+    def reconcile(key: str) -> Result:
+        if key == "slow":
+            entered.set()
+            release.wait(10)
+        done.append(key)
+        return Result()
+
+    controller = Controller("test", queue, reconcile, workers=1)
+    controller.start()
+    queue.add("slow")
+    assert entered.wait(5)
+    for i in range(100):
+        queue.add(f"queued-{i}")
+    stopper = threading.Thread(target=controller.stop, kwargs={"drain_timeout": 10})
+    stopper.start()
+    while not queue.shutting_down:
+        threading.Event().wait(0.001)
+    release.set()
+    stopper.join(timeout=10)
+    assert done == ["slow"], "a stopping controller must not start queued keys"
