@@ -57,7 +57,13 @@ lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile)
 
 .PHONY: bench
 bench: $(STAMP) ## benchmarks; each prints ratios against a baseline measured in the same run
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/bench_workqueue.py
+	cd bench && ../$(PY) bench_convergence.py $(BENCH_ARGS)
+	cd bench && ../$(PY) bench_kopf.py $(BENCH_ARGS)
+	cd bench && ../$(PY) bench_churn.py
+	cd bench && ../$(PY) bench_latency.py
+	cd bench && ../$(PY) bench_memory.py
 
 .PHONY: run
 run: $(STAMP) ## run the operator on the current kubeconfig context (Ctrl-C stops it)

