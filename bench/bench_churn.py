@@ -9,7 +9,7 @@ holds the final edit.
 
 from __future__ import annotations
 
-from harness import BenchCluster, OperatorProcess, ReplicaWatcher, common_args, parallel, wait
+from harness import Session, common_args, parallel, wait
 
 
 def main() -> None:
@@ -18,20 +18,16 @@ def main() -> None:
     parser.add_argument("--edits", type=int, default=20)
     parser.add_argument("--namespaces", type=int, default=10)
     args = parser.parse_args()
-    cluster = BenchCluster(args.kubeconfig)
-    watcher = None
-    operator = None
-    try:
+    with Session(args.kubeconfig) as session:
+        cluster, watcher = session.cluster, session.watcher
         cluster.namespaces("churn-src", 1)
         source_ns = "churn-src-000"
         targets = cluster.namespaces("churn", args.namespaces)
-        watcher = ReplicaWatcher(cluster.kube)
         names = cluster.create_sources(source_ns, args.sources, "churn-*", payload=100)
         replicas = args.sources * len(targets)
-        operator = OperatorProcess(cluster.kubeconfig, "--workers", str(args.workers))
+        operator = session.operator(args.workers)
         wait(lambda: watcher.live() == replicas, 120, "the first replicas")
-        wait(lambda: operator.metric("workqueue_depth") == 0
-             and operator.metric("controller_runtime_active_workers") == 0, 60, "idle")
+        session.idle(operator)
         reconciles_before = operator.metric("controller_runtime_reconcile_total")
         writes_before = operator.metric("configmirror_replica_writes_total")
 
@@ -43,8 +39,7 @@ def main() -> None:
             edits, 8)
         wait(lambda: sum(1 for v, _ in watcher.versions.values() if v == last) == replicas,
              300, "every replica to hold the last edit")
-        wait(lambda: operator.metric("workqueue_depth") == 0
-             and operator.metric("controller_runtime_active_workers") == 0, 60, "idle")
+        session.idle(operator)
         reconciles = operator.metric("controller_runtime_reconcile_total") - reconciles_before
         writes = operator.metric("configmirror_replica_writes_total") - writes_before
         naive_writes = len(edits) * len(targets)
@@ -55,13 +50,6 @@ def main() -> None:
         print(f"  writes per replica:    {writes / replicas:.1f} (naive: {args.edits}); "
               f"{writes:.0f} writes instead of {naive_writes} "
               f"({naive_writes / max(writes, 1):.1f}x fewer)")
-    finally:
-        if operator is not None:
-            operator.stop()
-        if watcher is not None:
-            watcher.stop()
-        cluster.close()
-
 
 if __name__ == "__main__":
     main()

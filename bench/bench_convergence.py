@@ -13,9 +13,7 @@ from __future__ import annotations
 import time
 
 from harness import (
-    BenchCluster,
-    OperatorProcess,
-    ReplicaWatcher,
+    Session,
     common_args,
     machine,
     parallel,
@@ -34,13 +32,11 @@ def main() -> None:
     parser.add_argument("--namespaces", type=int, default=50)
     args = parser.parse_args()
     total = args.sources * args.namespaces
-    cluster = BenchCluster(args.kubeconfig)
-    watcher = None
-    try:
+    with Session(args.kubeconfig) as session:
+        cluster, watcher = session.cluster, session.watcher
         cluster.namespaces(SOURCE_NS, 1)
         source_ns = f"{SOURCE_NS}-000"
         targets = cluster.namespaces("bench", args.namespaces)
-        watcher = ReplicaWatcher(cluster.kube)
         print(f"convergence: {args.sources} sources x {args.namespaces} namespaces = {total} "
               f"replicas, {args.workers} threads/workers; {machine()}")
 
@@ -59,24 +55,22 @@ def main() -> None:
         # 2. configmirror, from a cold start, on the same workload.
         cluster.create_sources(source_ns, args.sources, "bench-*")
         since = time.monotonic()
-        operator = OperatorProcess(cluster.kubeconfig, "--workers", str(args.workers))
+        operator = session.operator(args.workers)
         wait(lambda: watcher.live() == total, 600, "configmirror's replicas")
         wall = time.monotonic() - since
         curve = watcher.curve(since)
         span = curve[-1][0] - curve[0][0]
-        wait(lambda: operator.metric("workqueue_depth") == 0
-             and operator.metric("controller_runtime_active_workers") == 0, 60, "idle")
+        session.idle(operator)
         own_writes = operator.metric("configmirror_replica_writes_total")
         audited = writes(cluster.audit("configmirror/"))
 
         # 3. Restart with nothing changed: zero writes, one LIST per informer.
         assert operator.stop() == 0
         mark = time.time()
-        restarted = OperatorProcess(cluster.kubeconfig, "--workers", str(args.workers))
-        wait(lambda: restarted.metric("controller_runtime_reconcile_total") >= args.sources
-             and restarted.metric("workqueue_depth") == 0
-             and restarted.metric("controller_runtime_active_workers") == 0, 120,
-             "the restarted operator to reconcile every source")
+        restarted = session.operator(args.workers)
+        wait(lambda: restarted.metric("controller_runtime_reconcile_total") >= args.sources,
+             120, "the restarted operator to reconcile every source")
+        session.idle(restarted)
         restart_writes = restarted.metric("configmirror_replica_writes_total")
         relists = restarted.metric("configmirror_informer_relists_total")
         after = cluster.audit("configmirror/", since=mark)
@@ -107,10 +101,6 @@ def main() -> None:
             "baseline_curve": baseline_curve[::max(1, len(baseline_curve) // 400)],
             "configmirror_curve": curve[::max(1, len(curve) // 400)],
             "machine": machine()})
-    finally:
-        if watcher is not None:
-            watcher.stop()
-        cluster.close()
 
 
 if __name__ == "__main__":

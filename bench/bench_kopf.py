@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from harness import REPO, RESULTS, BenchCluster, ReplicaWatcher, common_args, load, save, wait
+from harness import REPO, RESULTS, Session, common_args, load, save, wait
 
 SOURCE_NS = "configmirror-bench-sources"
 
@@ -28,12 +28,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args()
     total = args.sources * args.namespaces
-    cluster = BenchCluster(args.kubeconfig)
-    watcher = None
-    try:
+    with Session(args.kubeconfig) as session:
+        cluster, watcher = session.cluster, session.watcher
         cluster.namespaces(SOURCE_NS, 1)
         cluster.namespaces("bench", args.namespaces)
-        watcher = ReplicaWatcher(cluster.kube)
         cluster.create_sources(f"{SOURCE_NS}-000", args.sources, "bench-*")
         since = time.monotonic()
         RESULTS.mkdir(parents=True, exist_ok=True)
@@ -70,10 +68,6 @@ def main() -> None:
         print(f"  configmirror_time / kopf_time = {ours['configmirror_seconds'] / span:.3f}; "
               f"API requests: configmirror {our_requests}, kopf {kopf_requests}")
         plot(ours, curve, total)
-    finally:
-        if watcher is not None:
-            watcher.stop()
-        cluster.close()
 
 
 def plot(ours: dict[str, object], kopf_curve: list[tuple[float, int]], total: int) -> None:

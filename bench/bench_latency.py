@@ -12,7 +12,7 @@ import math
 import statistics
 import time
 
-from harness import BenchCluster, OperatorProcess, ReplicaWatcher, common_args, wait
+from harness import Session, common_args, wait
 
 
 def main() -> None:
@@ -21,16 +21,13 @@ def main() -> None:
     parser.add_argument("--edits", type=int, default=100)
     parser.add_argument("--spacing", type=float, default=0.25)
     args = parser.parse_args()
-    cluster = BenchCluster(args.kubeconfig)
-    watcher = None
-    operator = None
-    try:
+    with Session(args.kubeconfig) as session:
+        cluster, watcher = session.cluster, session.watcher
         cluster.namespaces("latency-src", 1)
         source_ns = "latency-src-000"
         targets = cluster.namespaces("latency", args.namespaces)
-        watcher = ReplicaWatcher(cluster.kube)
         cluster.create_sources(source_ns, 1, "latency-*", payload=100)
-        operator = OperatorProcess(cluster.kubeconfig, "--workers", str(args.workers))
+        session.operator(args.workers)
         wait(lambda: watcher.live() == len(targets), 60, "the replicas")
         latencies = []
         for i in range(1, args.edits + 1):
@@ -50,12 +47,6 @@ def main() -> None:
               f"{args.workers} workers")
         print(f"  edit -> last replica updated: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
               f"max {ordered[-1] * 1000:.0f} ms (goal: p99 <= 1000 ms)")
-    finally:
-        if operator is not None:
-            operator.stop()
-        if watcher is not None:
-            watcher.stop()
-        cluster.close()
 
 
 if __name__ == "__main__":

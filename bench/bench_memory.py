@@ -19,8 +19,7 @@ from pathlib import Path
 
 from harness import (
     BenchCluster,
-    OperatorProcess,
-    ReplicaWatcher,
+    Session,
     common_args,
     parallel,
     rss_of,
@@ -61,17 +60,15 @@ def peak(pid: int) -> int:
     return 0
 
 
-def measure(cluster: BenchCluster, label: str, baseline: int, workers: int,
-            expect_replicas: int, watcher: ReplicaWatcher) -> dict[str, float]:
-    operator = OperatorProcess(cluster.kubeconfig, "--workers", str(workers))
-    try:
-        wait(lambda: watcher.live() >= expect_replicas, 600, "convergence")
-        wait(lambda: operator.metric("configmirror_informer_relists_total") >= 2
-             and operator.metric("workqueue_depth") == 0
-             and operator.metric("controller_runtime_active_workers") == 0, 120, "idle")
-        rss, high = operator.rss_bytes(), peak(operator.proc.pid)
-    finally:
-        operator.stop()
+def measure(session: Session, label: str, baseline: int, workers: int,
+            expect_replicas: int) -> dict[str, float]:
+    cluster = session.cluster
+    operator = session.operator(workers)
+    wait(lambda: session.watcher.live() >= expect_replicas, 600, "convergence")
+    wait(lambda: operator.metric("configmirror_informer_relists_total") >= 2, 120, "sync")
+    session.idle(operator, 120)
+    rss, high = operator.rss_bytes(), peak(operator.proc.pid)
+    operator.stop()
     objects, size = json_size(cluster, None)
     ratio = (rss - baseline) / size
     mib = 1024 * 1024
@@ -86,31 +83,26 @@ def main() -> None:
     parser.add_argument("--configmaps", type=int, default=10_000)
     parser.add_argument("--namespaces", type=int, default=50)
     args = parser.parse_args()
-    cluster = BenchCluster(args.kubeconfig)
-    watcher = None
-    try:
+    with Session(args.kubeconfig) as session:
+        cluster = session.cluster
         baseline = interpreter_baseline()
         print(f"memory: interpreter baseline (configmirror imported) "
               f"{baseline / 1024 / 1024:.1f} MiB")
         targets = cluster.namespaces("mem", args.namespaces)
-        watcher = ReplicaWatcher(cluster.kube)
+        session.watcher  # noqa: B018 - start watching replicas before any exist
         per_ns = args.configmaps // len(targets)
         plain = [(ns, i) for ns in targets for i in range(per_ns)]
         parallel(lambda p: cluster.kube.request(
             "create", f"/api/v1/namespaces/{p[0]}/configmaps",
             body={"metadata": {"name": f"plain-{p[1]:04d}", "labels": {"app": "bench"}},
                   "data": {"payload": "y" * 900}}), plain, 8)
-        measure(cluster, "plain", baseline, args.workers, 0, watcher)
+        measure(session, "plain", baseline, args.workers, 0)
         for ns in targets:
             cluster.kube.request("delete", f"/api/v1/namespaces/{ns}/configmaps",
                                  {"labelSelector": "app=bench"}, timeout=120)
         cluster.namespaces("mem-src", 1)
         cluster.create_sources("mem-src-000", per_ns, "mem-0*")
-        measure(cluster, "replicas", baseline, args.workers, per_ns * len(targets), watcher)
-    finally:
-        if watcher is not None:
-            watcher.stop()
-        cluster.close()
+        measure(session, "replicas", baseline, args.workers, per_ns * len(targets))
 
 
 if __name__ == "__main__":

@@ -214,8 +214,45 @@ class OperatorProcess:
         return rss_of(self.proc.pid)
 
     def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(60)
+
+
+class Session:
+    """One benchmark's cluster, replica watcher and operators, all stopped on exit."""
+
+    def __init__(self, kubeconfig: str | None) -> None:
+        self.cluster = BenchCluster(kubeconfig)
+        self._watcher: ReplicaWatcher | None = None
+        self._operators: list[OperatorProcess] = []
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for operator in self._operators:
+            operator.stop()
+        if self._watcher is not None:
+            self._watcher.stop()
+        self.cluster.close()
+
+    @property
+    def watcher(self) -> ReplicaWatcher:
+        """Watches replicas from the moment it is first asked for."""
+        if self._watcher is None:
+            self._watcher = ReplicaWatcher(self.cluster.kube)
+        return self._watcher
+
+    def operator(self, workers: int, *flags: str) -> OperatorProcess:
+        operator = OperatorProcess(self.cluster.kubeconfig, "--workers", str(workers), *flags)
+        self._operators.append(operator)
+        return operator
+
+    def idle(self, operator: OperatorProcess, timeout: float = 60) -> None:
+        """Wait until the operator has nothing queued and nothing in flight."""
+        wait(lambda: operator.metric("workqueue_depth") == 0
+             and operator.metric("controller_runtime_active_workers") == 0, timeout, "idle")
 
 
 def rss_of(pid: int) -> int:

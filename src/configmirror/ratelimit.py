@@ -29,55 +29,55 @@ class RateLimiter(Protocol):
         ...
 
 
-class ItemExponentialFailureRateLimiter:
-    """base * 2**failures per item, capped at `max_delay` (client-go: 5 ms base, 1000 s cap)."""
+class _PerItemFailures:
+    """Failure counts per item, shared by the per-item limiters."""
 
-    def __init__(self, base_delay: float = 0.005, max_delay: float = 1000.0) -> None:
-        self._base = base_delay
-        self._max = max_delay
+    def __init__(self) -> None:
         self._failures: dict[Hashable, int] = {}
         self._lock = threading.Lock()
 
-    def when(self, item: Hashable) -> float:
+    def _record(self, item: Hashable) -> int:
+        """Count one more failure of `item`; return how many there were before it."""
         with self._lock:
-            exp = self._failures.get(item, 0)
-            self._failures[item] = exp + 1
+            before = self._failures.get(item, 0)
+            self._failures[item] = before + 1
+            return before
+
+    def forget(self, item: Hashable) -> None:
+        with self._lock:
+            self._failures.pop(item, None)
+
+    def num_requeues(self, item: Hashable) -> int:
+        with self._lock:
+            return self._failures.get(item, 0)
+
+
+class ItemExponentialFailureRateLimiter(_PerItemFailures):
+    """base * 2**failures per item, capped at `max_delay` (client-go: 5 ms base, 1000 s cap)."""
+
+    def __init__(self, base_delay: float = 0.005, max_delay: float = 1000.0) -> None:
+        super().__init__()
+        self._base = base_delay
+        self._max = max_delay
+
+    def when(self, item: Hashable) -> float:
+        exp = self._record(item)
         if exp >= 1024:  # 2**exp would overflow a float long before this; the cap applies anyway
             return self._max
         return min(self._base * 2.0**exp, self._max)
 
-    def forget(self, item: Hashable) -> None:
-        with self._lock:
-            self._failures.pop(item, None)
 
-    def num_requeues(self, item: Hashable) -> int:
-        with self._lock:
-            return self._failures.get(item, 0)
-
-
-class ItemFastSlowRateLimiter:
+class ItemFastSlowRateLimiter(_PerItemFailures):
     """`fast_delay` for the first `max_fast_attempts` failures of an item, then `slow_delay`."""
 
     def __init__(self, fast_delay: float, slow_delay: float, max_fast_attempts: int) -> None:
+        super().__init__()
         self._fast = fast_delay
         self._slow = slow_delay
         self._max_fast = max_fast_attempts
-        self._failures: dict[Hashable, int] = {}
-        self._lock = threading.Lock()
 
     def when(self, item: Hashable) -> float:
-        with self._lock:
-            n = self._failures.get(item, 0) + 1
-            self._failures[item] = n
-        return self._fast if n <= self._max_fast else self._slow
-
-    def forget(self, item: Hashable) -> None:
-        with self._lock:
-            self._failures.pop(item, None)
-
-    def num_requeues(self, item: Hashable) -> int:
-        with self._lock:
-            return self._failures.get(item, 0)
+        return self._fast if self._record(item) < self._max_fast else self._slow
 
 
 class TokenBucketRateLimiter:
