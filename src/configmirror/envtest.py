@@ -219,8 +219,9 @@ class ControlPlane:
     def kubectl(self, *args: str, kubeconfig: Path | None = None, check: bool = True,
                 input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this control plane (admin unless `kubeconfig` is given)."""
+        # The discovery cache stays with this control plane (not in ~/.kube or the cwd).
         cmd = [str(self.assets / "kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig),
-               *args]
+               "--cache-dir", str(self.dir / "kubectl-cache"), *args]
         done = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=120,
                               check=False)
         if check and done.returncode != 0:
