@@ -85,8 +85,10 @@ undeploy: ## kubectl delete -k deploy/
 kind-test: $(STAMP) ## kind cluster + image + deploy/ + the e2e tests against it (KEEP_CLUSTER=1 keeps it)
 	@set -euo pipefail; \
 	ctx=kind-$(KIND_CLUSTER); kubeconfig=$$(mktemp); \
-	cleanup() { if [ "$${KEEP_CLUSTER:-}" = 1 ]; then echo "kind-test: keeping cluster $(KIND_CLUSTER)"; \
-	  else echo "kind-test: deleting cluster $(KIND_CLUSTER)"; kind delete cluster --name $(KIND_CLUSTER); fi; rm -f $$kubeconfig; }; \
+	cleanup() { if [ "$${KEEP_CLUSTER:-}" = 1 ]; then \
+	  echo "kind-test: keeping cluster $(KIND_CLUSTER) (kind export kubeconfig --name $(KIND_CLUSTER) to use it)"; \
+	  else echo "kind-test: deleting cluster $(KIND_CLUSTER)"; \
+	  kind delete cluster --name $(KIND_CLUSTER) --kubeconfig $$kubeconfig; fi; rm -f $$kubeconfig; }; \
 	trap cleanup EXIT; \
 	echo "kind-test: creating cluster $(KIND_CLUSTER)"; \
 	kind create cluster --name $(KIND_CLUSTER) --kubeconfig $$kubeconfig --wait 120s; \
