@@ -84,7 +84,7 @@ undeploy: ## kubectl delete -k deploy/
 .PHONY: kind-test
 kind-test: $(STAMP) ## kind cluster + image + deploy/ + the e2e tests against it (KEEP_CLUSTER=1 keeps it)
 	@set -euo pipefail; \
-	ctx=kind-$(KIND_CLUSTER); kubeconfig=$$(mktemp); \
+	kubeconfig=$$(mktemp); \
 	cleanup() { if [ "$${KEEP_CLUSTER:-}" = 1 ]; then \
 	  echo "kind-test: keeping cluster $(KIND_CLUSTER) (kind export kubeconfig --name $(KIND_CLUSTER) to use it)"; \
 	  else echo "kind-test: deleting cluster $(KIND_CLUSTER)"; \
