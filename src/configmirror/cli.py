@@ -167,8 +167,7 @@ def _scope(settings: Settings) -> Scope:
 
 def _connect(settings: Settings, pool_size: int) -> Kube:
     configuration = load_configuration(settings.kubeconfig, settings.context, pool_size)
-    kube = Kube(configuration, user_agent=f"configmirror/{__version__}",
-                dry_run=settings.dry_run)
+    kube = Kube(configuration, user_agent=f"configmirror/{__version__}")
     try:
         kube.request("get", "/version", timeout=10)
     except ApiError as err:

@@ -23,7 +23,6 @@ from kubernetes import config as k8s_config
 
 CONNECT_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 30.0
-WRITE_VERBS = frozenset({"create", "update", "patch", "delete"})
 
 
 class ConfigError(Exception):
@@ -83,14 +82,13 @@ class Response:
 class Kube:
     """Raw JSON access to one API server, with timeouts and request counters."""
 
-    def __init__(self, configuration: k8s_client.Configuration, user_agent: str = "configmirror",
-                 dry_run: bool = False) -> None:
+    def __init__(self, configuration: k8s_client.Configuration,
+                 user_agent: str = "configmirror") -> None:
         self.configuration = configuration
         self._api_client = k8s_client.ApiClient(configuration)
         self._pool: urllib3.PoolManager = self._api_client.rest_client.pool_manager
         self._host = configuration.host.rstrip("/")
         self._user_agent = user_agent
-        self.dry_run = dry_run
         self._counts: Counter[tuple[str, str, int]] = Counter()
         self._lock = threading.Lock()
 

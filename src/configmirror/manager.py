@@ -56,6 +56,7 @@ class Manager:
         self.settings = settings
         self.kube = kube
         self.metrics = metrics or Metrics()
+        self.metrics.count_requests(kube.counts)
         self._clock = clock or RealClock()
         scope = Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
         self.configmaps: Store[ConfigMap] = Store(configmap_indexers())

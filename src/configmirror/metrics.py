@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 # controller-runtime's buckets for queue and work durations: 10 ns .. 1000 s.
@@ -43,6 +43,22 @@ class _InFlightCollector(Collector):
             longest.add_metric([name], max(ages, default=0.0))
         yield unfinished
         yield longest
+
+
+class _RequestCollector(Collector):
+    """API requests by verb, resource and status code, read from a counter source at scrape
+    time (status 0: no answer)."""
+
+    def __init__(self, counts: Callable[[], dict[tuple[str, str, int], int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("configmirror_api_requests",
+                                     "Requests sent to the API server",
+                                     labels=["verb", "resource", "code"])
+        for (verb, resource, code), n in sorted(self._counts().items()):
+            family.add_metric([verb, resource, str(code)], n)
+        yield family
 
 
 class Metrics:
@@ -113,6 +129,10 @@ class Metrics:
             ["action"], registry=r)
         self.leader = Gauge("configmirror_leader", "1 while this process holds the lease",
                             registry=r)
+
+    def count_requests(self, counts: Callable[[], dict[tuple[str, str, int], int]]) -> None:
+        """Export `configmirror_api_requests_total` from a source like Kube.counts."""
+        self.registry.register(_RequestCollector(counts))
 
     def queue(self, name: str) -> PrometheusQueueMetrics:
         """QueueMetrics for the queue called `name`."""

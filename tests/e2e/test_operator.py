@@ -51,6 +51,11 @@ def test_restart_with_nothing_changed_makes_zero_writes(
     wait_for(lambda: second.metric("workqueue_depth") == 0, what="an empty queue")
     assert second.writes() == 0
     assert writes_by_operator(cluster) == audited, "the apiserver saw writes after restart"
+    # Its own request metric agrees: it listed ConfigMaps and wrote none.
+    requests = "configmirror_api_requests_total"
+    assert second.metric(requests, 'verb="list",resource="configmaps",code="200"') >= 1
+    assert sum(second.metric(requests, f'verb="{verb}",resource="configmaps",code="{code}"')
+               for verb, code in (("create", 201), ("update", 200), ("delete", 200))) == 0
 
 
 def test_sigterm_during_a_slow_reconcile_lets_it_finish_then_exits_0(
