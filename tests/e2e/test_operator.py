@@ -53,8 +53,8 @@ def test_restart_with_nothing_changed_makes_zero_writes(
     assert writes_by_operator(cluster) == audited, "the apiserver saw writes after restart"
     # Its own request metric agrees: it listed ConfigMaps and wrote none.
     requests = "configmirror_api_requests_total"
-    assert second.metric(requests, 'verb="list",resource="configmaps",code="200"') >= 1
-    assert sum(second.metric(requests, f'verb="{verb}",resource="configmaps",code="{code}"')
+    assert second.metric(requests, 'code="200",resource="configmaps",verb="list"') >= 1
+    assert sum(second.metric(requests, f'code="{code}",resource="configmaps",verb="{verb}"')
                for verb, code in (("create", 201), ("update", 200), ("delete", 200))) == 0
 
 
