@@ -261,13 +261,15 @@ def content_hash(data: Mapping[str, str], binary_data: Mapping[str, str], immuta
     return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
 
-def desired_replica(source: SourceContent, source_key: str, namespace: str,
-                    name: str) -> dict[str, Any]:
-    """The replica as it must be written (without resourceVersion)."""
+def desired_replica(source: SourceContent, source_key: str, namespace: str, name: str,
+                    digest: str | None = None) -> dict[str, Any]:
+    """The replica as it must be written (without resourceVersion). `digest`, when given, is
+    desired_hash(source, source_key), which is the same for every target namespace."""
     labels = replica_labels(source)
     annotations = replica_annotations(source, source_key)
-    digest = content_hash(source.data, source.binary_data, source.immutable, labels,
-                          annotations)
+    if digest is None:
+        digest = content_hash(source.data, source.binary_data, source.immutable, labels,
+                              annotations)
     body: dict[str, Any] = {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "labels": labels,
@@ -516,31 +518,37 @@ class Replicator:
                 self._delete(path, action)
                 outcome.deleted += 1
                 return
-            if source is None or source.source is None:  # plan_source only deletes then
-                raise RuntimeError(f"{action.kind} planned for {key} without a source")
-            body = desired_replica(source.source, key, action.namespace, action.name)
+            compiled = self._compiled(source) if source is not None and source.source else None
+            if source is None or source.source is None or compiled is None:
+                raise RuntimeError(f"{action.kind} planned for {key} without a valid source")
+            digest = compiled[1]
+            body = desired_replica(source.source, key, action.namespace, action.name, digest)
             if action.kind == "recreate":
                 self._delete(path, action)
-                self._create(path, body)
+                self._write("create", path, body, key, digest)
                 outcome.updated += 1
             elif action.kind == "update":
                 body["metadata"]["resourceVersion"] = action.resource_version
-                self._write("update", f"{path}/{action.name}", body)
+                self._write("update", f"{path}/{action.name}", body, key, digest)
                 outcome.updated += 1
             else:
-                self._create(path, body)
+                self._write("create", path, body, key, digest)
                 outcome.created += 1
         except ApiError as err:
             self._failed(key, action, err, outcome)
 
-    def _create(self, path: str, body: dict[str, Any]) -> None:
-        self._write("create", path, body)
-
-    def _write(self, verb: str, path: str, body: dict[str, Any]) -> None:
+    def _write(self, verb: str, path: str, body: dict[str, Any], key: str, digest: str) -> None:
         written = self._kube.request(verb, path, body=body)
         if self._metrics is not None:
             self._metrics.replica_writes.labels(verb).inc()
-        self._remember(configmap_from_json(written))
+        # What the informer's transform would make of it: the server keeps data, labels and
+        # annotations as written, so their hash is the one we wrote (no need to recompute).
+        meta = written.get("metadata") or {}
+        self._remember(ConfigMap(
+            namespace=sys.intern(str(meta.get("namespace", ""))),
+            name=sys.intern(str(meta.get("name", ""))), uid=str(meta.get("uid", "")),
+            resource_version=str(meta.get("resourceVersion", "")), replica_of=key,
+            immutable=bool(written.get("immutable")), content_hash=digest, source=None))
 
     def _delete(self, path: str, action: Action) -> None:
         # Precondition on the version we planned from: a replica edited meanwhile gets a 409

@@ -21,6 +21,7 @@ from configmirror.replication import (
     ReplicationPlan,
     Scope,
     configmap_from_json,
+    desired_hash,
     desired_replica,
     namespace_from_json,
     parse_patterns,
@@ -296,3 +297,16 @@ def test_cache_keeps_source_content_but_only_a_hash_of_replicas() -> None:
     replica = replica_of(src, "a")
     assert replica.source is None and replica.replica_of == KEY and len(replica.content_hash) == 32
     assert plain("a").content_hash == "" and plain("a").source is None
+
+
+def test_the_digest_written_on_a_replica_is_what_the_cache_computes_from_it() -> None:
+    """The writer caches a replica with the digest it wrote; the informer's transform of the
+    same object must agree, or our own writes would look like drift."""
+    src = source({REPLICATE_TO: "a"}, data={"k": "v"}, labels={"x": "y"}, immutable=True)
+    assert src.source is not None
+    digest = desired_hash(src.source, KEY)
+    body = desired_replica(src.source, KEY, "a", "cfg", digest)
+    body["metadata"].update(uid="u", resourceVersion="7")
+    assert configmap_from_json(body).content_hash == digest
+    assert body == {**desired_replica(src.source, KEY, "a", "cfg"),
+                    "metadata": body["metadata"]}
