@@ -341,12 +341,22 @@ class ReplicationPlan:
         }
 
 
+def compile_source(source: ConfigMap) -> tuple[Spec, str]:
+    """A source's parsed spec and the hash its replicas must have; raises InvalidSpec."""
+    if source.source is None:
+        raise ValueError(f"{source.key} is not a source")
+    return parse_spec(source.source), desired_hash(source.source, source.key)
+
+
 def plan_source(key: str, source: ConfigMap | None, namespaces: Iterable[Namespace],
                 lookup: Callable[[str], ConfigMap | None], replicas: Iterable[ConfigMap],
-                scope: Scope) -> ReplicationPlan:
+                scope: Scope,
+                compile: Callable[[ConfigMap], tuple[Spec, str]] = compile_source,
+                ) -> ReplicationPlan:
     """Compare what `key` wants with what the caches hold. Pure.
 
-    `lookup(ns/name)` finds any cached ConfigMap; `replicas` are the cached replicas of `key`.
+    `lookup(ns/name)` finds any cached ConfigMap; `replicas` are the cached replicas of `key`;
+    `compile` is compile_source or a memo of it.
     """
     existing = {r.namespace: r for r in replicas if r.replica_of == key}
     namespace_list = list(namespaces)
@@ -358,13 +368,12 @@ def plan_source(key: str, source: ConfigMap | None, namespaces: Iterable[Namespa
             Action("delete", r.namespace, r.name, r.resource_version, why)
             for r in _sorted(existing.values()) if r.namespace not in terminating))
     try:
-        spec = parse_spec(source.source)
+        spec, want = compile(source)
     except InvalidSpec as err:
         return ReplicationPlan(key, invalid=str(err))
 
     targets = sorted(ns.name for ns in namespace_list
                      if scope.may_target(source.namespace, ns) and spec.wants(ns))
-    want = desired_hash(source.source, key)
     actions: list[Action] = []
     conflicts: list[Conflict] = []
     for ns in targets:
@@ -422,8 +431,9 @@ class Replicator:
         self._metrics = metrics
         self.dry_run = dry_run
         self._invalid_logged: dict[str, str] = {}  # key -> message logged, to log it once
-        # key -> (resourceVersion, (spec, desired hash) or None if invalid)
-        self._memo: dict[str, tuple[str, tuple[Spec, str] | None]] = {}
+        # key -> (resourceVersion, (spec, desired hash) or the InvalidSpec it raised); an
+        # entry goes when its source does.
+        self._memo: dict[str, tuple[str, tuple[Spec, str] | InvalidSpec]] = {}
 
     def replica_needs_reconcile(self, replica: ConfigMap, deleted: bool) -> bool:
         """Whether an event for one of our replicas asks anything of its source.
@@ -436,10 +446,10 @@ class Replicator:
         source = self._configmaps.get(replica.replica_of)
         if source is None or source.source is None or not self._scope.honours(source):
             return not deleted  # an orphan to clean up (a deleted one needs nothing)
-        compiled = self._compiled(source)
-        if compiled is None:
-            return False  # invalid spec: nothing changes until the source is fixed
-        spec, want = compiled
+        try:
+            spec, want = self._compiled(source)
+        except InvalidSpec:
+            return False  # nothing changes until the source is fixed
         namespace = self._namespaces.get(replica.namespace)
         targeted = (namespace is not None and self._scope.may_target(source.namespace, namespace)
                     and spec.wants(namespace))
@@ -447,30 +457,33 @@ class Replicator:
             return targeted
         return not targeted or replica.content_hash != want
 
-    def _compiled(self, source: ConfigMap) -> tuple[Spec, str] | None:
-        """The source's parsed spec and desired replica hash, memoized per resourceVersion."""
-        assert source.source is not None
+    def _compiled(self, source: ConfigMap) -> tuple[Spec, str]:
+        """compile_source, memoized per resourceVersion (the hash covers all the data)."""
         cached = self._memo.get(source.key)
-        if cached is not None and cached[0] == source.resource_version:
-            return cached[1]
-        try:
-            compiled: tuple[Spec, str] | None = (
-                parse_spec(source.source), desired_hash(source.source, source.key))
-        except InvalidSpec:
-            compiled = None
-        self._memo[source.key] = (source.resource_version, compiled)
-        return compiled
+        if cached is None or cached[0] != source.resource_version:
+            try:
+                result: tuple[Spec, str] | InvalidSpec = compile_source(source)
+            except InvalidSpec as err:
+                result = err
+            cached = self._memo[source.key] = (source.resource_version, result)
+        if isinstance(cached[1], InvalidSpec):
+            raise cached[1]
+        return cached[1]
 
     def plan(self, key: str) -> ReplicationPlan:
         """The plan for `key` from the caches (changes nothing)."""
         return plan_source(key, self._configmaps.get(key), self._namespaces.values(),
                            self._configmaps.get,
-                           self._configmaps.by_index(BY_REPLICA_OF, key), self._scope)
+                           self._configmaps.by_index(BY_REPLICA_OF, key), self._scope,
+                           self._compiled)
 
     def reconcile(self, key: str) -> Outcome:
         """Bring `key`'s replicas in line with its source. Raises ApiError when worth a retry."""
         plan = self.plan(key)
         source = self._configmaps.get(key)
+        if source is None or source.source is None:
+            self._memo.pop(key, None)
+            self._invalid_logged.pop(key, None)
         ref = ObjectRef.of(source) if source is not None else None
         if plan.invalid is not None:
             if self._invalid_logged.get(key) != plan.invalid:
@@ -518,10 +531,9 @@ class Replicator:
                 self._delete(path, action)
                 outcome.deleted += 1
                 return
-            compiled = self._compiled(source) if source is not None and source.source else None
-            if source is None or source.source is None or compiled is None:
-                raise RuntimeError(f"{action.kind} planned for {key} without a valid source")
-            digest = compiled[1]
+            if source is None or source.source is None:  # plan_source only deletes then
+                raise RuntimeError(f"{action.kind} planned for {key} without a source")
+            digest = self._compiled(source)[1]  # valid: plan_source compiled it
             body = desired_replica(source.source, key, action.namespace, action.name, digest)
             if action.kind == "recreate":
                 self._delete(path, action)

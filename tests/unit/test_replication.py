@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pytest_mock import MockerFixture
 
 from configmirror.replication import (
     CONTENT_HASH,
@@ -310,3 +311,32 @@ def test_the_digest_written_on_a_replica_is_what_the_cache_computes_from_it() ->
     assert configmap_from_json(body).content_hash == digest
     assert body == {**desired_replica(src.source, KEY, "a", "cfg"),
                     "metadata": body["metadata"]}
+
+
+def test_replicator_compiles_a_source_once_per_version_and_forgets_it_when_gone(
+        mocker: MockerFixture) -> None:
+    """Reconciles reuse the parsed spec and content hash; a deleted source leaves no memo."""
+    from configmirror import replication
+    from configmirror.replication import Replicator, configmap_indexers
+    from configmirror.store import Store
+
+    compile_spy = mocker.spy(replication, "compile_source")
+    configmaps: Store[ConfigMap] = Store(configmap_indexers())
+    namespaces: Store[Namespace] = Store()
+    src = source({REPLICATE_TO: "a"})
+    configmaps.upsert(src.key, src)
+    configmaps.upsert("a/cfg", replica_of(src, "a"))
+    namespaces.upsert("a", ns("a"))
+    kube = mocker.Mock()  # in sync: reconcile must make no request at all
+    replicator = Replicator(kube, configmaps, namespaces, Scope(), mocker.Mock())
+    for _ in range(3):
+        replicator.reconcile(KEY)
+    assert compile_spy.call_count == 1
+    assert not replicator.replica_needs_reconcile(configmaps.get("a/cfg"), deleted=False)  # type: ignore[arg-type]
+    assert compile_spy.call_count == 1
+    kube.request.assert_not_called()
+
+    configmaps.delete(KEY)
+    configmaps.delete("a/cfg")
+    replicator.reconcile(KEY)
+    assert KEY not in replicator._memo
