@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PYTEST_ARGS ?=
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml testing/pyproject.toml | sha1sum | cut -c1-12)
 
 # The image deploy/ runs (kustomization.yaml's images: entry); `make image` builds this tag.
 IMAGE        ?= ghcr.io/configmirror/configmirror:0.1.0
@@ -16,14 +16,14 @@ KUBECTL      ?= kubectl
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml testing/pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,lint]'
+	$(PY) -m pip install --quiet -e '.[test,lint]' -e ./testing
 	@rm -f $(VENV)/.installed-*; touch $@
 
 .PHONY: venv
-venv: $(STAMP) ## create .venv and install configmirror with its test and lint extras
+venv: $(STAMP) ## create .venv: configmirror with its test and lint extras, and testing/
 
 .PHONY: demo
 demo: $(STAMP) ## local control plane + operator + deploy/examples; Ctrl-C stops it all
@@ -51,8 +51,8 @@ unit: $(STAMP) ## run only the unit tests (no control plane)
 
 .PHONY: lint
 lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile)
-	$(VENV)/bin/ruff check src tests bench hack
-	$(VENV)/bin/mypy --strict src
+	$(VENV)/bin/ruff check src testing tests bench hack
+	$(VENV)/bin/mypy --strict src testing
 	$(VENV)/bin/hadolint Dockerfile
 
 .PHONY: bench

@@ -1,6 +1,6 @@
 """What the cluster benchmarks share: a cluster, a replica watcher, the operator process.
 
-By default a benchmark starts the local control plane (configmirror.envtest); with
+By default a benchmark starts the local control plane (configmirror_testing); with
 --kubeconfig it runs against any cluster (audit-based request counts are then unavailable).
 """
 
@@ -10,18 +10,14 @@ import argparse
 import json
 import os
 import queue
-import signal
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from configmirror.envtest import ControlPlane, find_assets, free_port
 from configmirror.kube import ApiError, Kube, load_configuration
 from configmirror.replication import (
     REPLICA_LABEL,
@@ -29,6 +25,9 @@ from configmirror.replication import (
     configmap_from_json,
     desired_replica,
 )
+from configmirror_testing.controlplane import ControlPlane, find_assets
+from configmirror_testing.operator import OperatorProcess
+from configmirror_testing.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -183,42 +182,6 @@ def _key(obj: dict[str, Any]) -> str:
     return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
 
 
-class OperatorProcess:
-    """`configmirror run` as a subprocess, with its /metrics."""
-
-    def __init__(self, kubeconfig: str, *flags: str, log: Path | None = None) -> None:
-        self.metrics_port = free_port()
-        self.log = log or RESULTS / "operator.log"
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "configmirror", "run", "--kubeconfig", kubeconfig,
-             "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
-             "--health-probe-bind-address", "0", "--log-level", "warning", *flags],
-            stdout=open(self.log, "ab"), stderr=subprocess.STDOUT)  # noqa: SIM115
-
-    def metric(self, name: str) -> float:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
-                                        timeout=5) as resp:
-                text = resp.read().decode()
-        except OSError:
-            return -1.0
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name) and (line[len(name)] in " {"):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-    def rss_bytes(self) -> int:
-        return rss_of(self.proc.pid)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(60)
-
-
 class Session:
     """One benchmark's cluster, replica watcher and operators, all stopped on exit."""
 
@@ -245,14 +208,14 @@ class Session:
         return self._watcher
 
     def operator(self, workers: int, *flags: str) -> OperatorProcess:
-        operator = OperatorProcess(self.cluster.kubeconfig, "--workers", str(workers), *flags)
+        operator = OperatorProcess(self.cluster.kubeconfig, RESULTS / "operator.log",
+                                   "--workers", str(workers), "--log-level", "warning", *flags)
         self._operators.append(operator)
         return operator
 
     def idle(self, operator: OperatorProcess, timeout: float = 60) -> None:
-        """Wait until the operator has nothing queued and nothing in flight."""
-        wait(lambda: operator.metric("workqueue_depth") == 0
-             and operator.metric("controller_runtime_active_workers") == 0, timeout, "idle")
+        """Wait until the operator has nothing queued, in flight, delayed or waiting."""
+        operator.wait_idle(timeout)
 
 
 def rss_of(pid: int) -> int:
@@ -304,12 +267,9 @@ def replica_body(source_namespace: str, name: str, namespace: str,
 
 
 def wait(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> float:
-    """Poll `check` until true; returns the seconds it took. Exits the bench on timeout."""
+    """Poll `check` until true; returns the seconds it took."""
     started = time.monotonic()
-    while not check():
-        if time.monotonic() - started > timeout:
-            raise SystemExit(f"bench: timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+    wait_for(check, timeout, what, interval)
     return time.monotonic() - started
 
 

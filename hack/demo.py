@@ -7,14 +7,15 @@ runs until Ctrl-C and stops everything. `--once` stops right after printing (use
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
-import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
-from configmirror.envtest import ControlPlane, find_assets, free_port
+from configmirror_testing.controlplane import ControlPlane, find_assets
+from configmirror_testing.operator import OperatorProcess
+from configmirror_testing.wait import WaitTimeout, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "deploy" / "examples"
@@ -34,11 +35,7 @@ def main() -> int:
     print("demo: starting etcd and kube-apiserver ...", flush=True)
     with ControlPlane(assets) as plane:
         log = plane.dir / "operator.log"
-        operator = subprocess.Popen(
-            [sys.executable, "-m", "configmirror", "run", "--kubeconfig", str(plane.kubeconfig),
-             "--metrics-bind-address", f"127.0.0.1:{free_port()}",
-             "--health-probe-bind-address", f"127.0.0.1:{free_port()}"],
-            stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+        operator = OperatorProcess(plane.kubeconfig, log)
         try:
             print(plane.kubectl("apply", "-f", str(EXAMPLES / "namespaces.yaml")).stdout, end="")
             print(plane.kubectl("apply", "-f", str(EXAMPLES / "source.yaml")).stdout, end="")
@@ -51,23 +48,27 @@ def main() -> int:
             if not args.once:
                 print("demo: try `kubectl label ns team-sandbox env=prod` or edit the source; "
                       "Ctrl-C stops everything", flush=True)
-                while not stop.is_set() and operator.poll() is None:
+                while not stop.is_set() and operator.proc.poll() is None:
                     stop.wait(0.5)
         finally:
-            operator.send_signal(signal.SIGTERM)
-            code = operator.wait(30)
+            code = operator.stop(30)
             print(f"demo: operator exited with {code}; stopping the control plane")
     return 0 if code == 0 else 1
 
 
 def wait_for_replicas(plane: ControlPlane, expected: int, timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        out = plane.kubectl("get", "configmaps", "-A", "-l", "configmirror.io/replica=true",
-                            "-L", "app.kubernetes.io/part-of").stdout
-        if len(out.strip().splitlines()) - 1 >= expected or time.monotonic() > deadline:
-            return out
-        time.sleep(0.2)
+    """The replica table once it has `expected` rows (or as it is after `timeout`)."""
+    table = ""
+
+    def enough() -> bool:
+        nonlocal table
+        table = plane.kubectl("get", "configmaps", "-A", "-l", "configmirror.io/replica=true",
+                              "-L", "app.kubernetes.io/part-of").stdout
+        return len(table.strip().splitlines()) - 1 >= expected
+
+    with contextlib.suppress(WaitTimeout):
+        wait_for(enough, timeout, f"{expected} replicas", interval=0.2)
+    return table
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """The test suite's Kubernetes: one real control plane per session, a fresh namespace per test.
 
 Tests that need Kubernetes take the `cluster` fixture (or `namespace`/`kube`). By default that
-is a local etcd + kube-apiserver (configmirror.envtest). With CONFIGMIRROR_E2E_KUBECONFIG
-set, the same tests run against that cluster instead (that is how `make kind-test` works);
-tests that need to restart or compact the control plane itself skip there.
+is a local etcd + kube-apiserver (configmirror_testing.controlplane). With
+CONFIGMIRROR_E2E_KUBECONFIG set, the same tests run against that cluster instead (that is how
+`make kind-test` works); tests that need to restart or compact the control plane itself skip
+there. The control plane, the waiter and the object builders live in `configmirror_testing`
+(testing/), shared with the benchmarks and `make demo`.
 
 In CI (CI=true) a missing control plane fails the run. On a laptop without Go the tests that
 need one skip, with one line saying how to get it.
@@ -13,16 +15,15 @@ from __future__ import annotations
 
 import os
 import secrets
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, config
 
-from configmirror.envtest import ControlPlane, find_assets
+from configmirror_testing.controlplane import ControlPlane, find_assets
+from configmirror_testing.objects import service_account_token, token_kubeconfig
 
 REPO = Path(__file__).resolve().parents[1]
 NO_CONTROL_PLANE = ("no control plane: run `make controlplane` (needs Go 1.26+) or set "
@@ -41,19 +42,14 @@ class Cluster:
 
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
         """Create ServiceAccount `name` and write a kubeconfig holding only its token."""
-        self.core.create_namespaced_service_account(
-            namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
-        token = self.core.create_namespaced_service_account_token(
-            name, namespace, client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
-        ).status.token
-        with open(self.kubeconfig) as f:
-            doc = yaml.safe_load(f)
-        doc["users"] = [{"name": name, "user": {"token": token}}]
-        for context in doc["contexts"]:
-            context["context"]["user"] = name
-        path.write_text(yaml.safe_dump(doc))
-        return path
+        return token_kubeconfig(self.kubeconfig,
+                                service_account_token(self.core, namespace, name), path)
+
+    def token_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
+        """A kubeconfig holding only a token of the existing ServiceAccount `name`."""
+        return token_kubeconfig(
+            self.kubeconfig, service_account_token(self.core, namespace, name, create=False),
+            path)
 
     def audit(self, user: str | None = None) -> list[dict[str, Any]]:
         """The apiserver's audit events (local control plane only)."""
@@ -152,16 +148,3 @@ def namespaces(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Nam
 def namespace(namespaces: Namespaces) -> str:
     """One fresh namespace for this test."""
     return namespaces()
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
-             interval: float = 0.05) -> Any:
-    """Poll until `check()` returns something truthy and return it; fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})")

@@ -65,6 +65,7 @@ class Manager:
             max_retries=settings.max_retries,
             rate_limiter=default_controller_rate_limiter(self._clock),
             clock=self._clock, metrics=self.metrics.queue("configmirror"))
+        self.metrics.observe_pending(self._pending)
         self.replicator = Replicator(kube, self.configmaps, self.namespaces, scope,
                                      EventRecorder(kube), self.metrics, settings.dry_run)
         self.controller = Controller("configmirror", self.queue, self._reconcile,
@@ -114,6 +115,10 @@ class Manager:
             return  # nothing a source can select on has changed
         for source in all_sources(self.configmaps):
             self.queue.add(source.key)
+
+    def _pending(self) -> dict[str, int]:
+        queued, in_flight, delayed = self.queue.counts()
+        return {"queued": queued, "in_flight": in_flight, "delayed": delayed}
 
     def _reconcile(self, key: str) -> Result:
         self.replicator.reconcile(key)

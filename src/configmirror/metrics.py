@@ -61,6 +61,22 @@ class _RequestCollector(Collector):
         yield family
 
 
+class _PendingCollector(Collector):
+    """`configmirror_work_pending{state}`: work not finished yet, from one snapshot, so a
+    scrape can tell "idle" without racing between two gauges."""
+
+    def __init__(self, pending: Callable[[], dict[str, int]]) -> None:
+        self._pending = pending
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("configmirror_work_pending",
+                                   "Work not finished yet, by state (one consistent snapshot)",
+                                   labels=["state"])
+        for state, n in self._pending().items():
+            family.add_metric([state], n)
+        yield family
+
+
 class Metrics:
     """Every metric configmirror exports, in one registry (one per process, or one per test)."""
 
@@ -133,6 +149,10 @@ class Metrics:
     def count_requests(self, counts: Callable[[], dict[tuple[str, str, int], int]]) -> None:
         """Export `configmirror_api_requests_total` from a source like Kube.counts."""
         self.registry.register(_RequestCollector(counts))
+
+    def observe_pending(self, pending: Callable[[], dict[str, int]]) -> None:
+        """Export `configmirror_work_pending` from a snapshot function (state -> count)."""
+        self.registry.register(_PendingCollector(pending))
 
     def queue(self, name: str) -> PrometheusQueueMetrics:
         """QueueMetrics for the queue called `name`."""

@@ -231,6 +231,11 @@ class WorkQueue(Generic[T]):
         with self._lock:
             return len(self._waiting)
 
+    def counts(self) -> tuple[int, int, int]:
+        """(queued, in flight, delayed), read together under one lock."""
+        with self._lock:
+            return len(self._queue), len(self._processing), len(self._waiting)
+
     # -- internals (the lock is held) -------------------------------------------------------
 
     def _add_locked(self, item: T) -> None:

@@ -1,13 +1,13 @@
-"""End-to-end helpers: the operator as a subprocess (`configmirror run`), and ConfigMap makers."""
+"""End-to-end fixtures: operators started (and stopped) for one test, and small readers.
+
+The operator process itself is `configmirror_testing.operator.OperatorProcess`, the one
+launcher the tests, the benchmarks and `make demo` share. Operators run with default flags
+unless a test passes its own.
+"""
 
 from __future__ import annotations
 
 import os
-import re
-import signal
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,69 +15,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from configmirror.envtest import free_port
-from tests.conftest import Cluster, wait_for
+from configmirror_testing.objects import configmap
+from configmirror_testing.operator import OperatorProcess
+from tests.conftest import Cluster, unique_name
 
+__all__ = ["IN_CLUSTER", "Operator", "Operators", "configmap", "events", "read", "requests_into",
+           "restricted_operator_identity"]
 
-class Operator:
-    """One `configmirror run` process against the test cluster."""
-
-    def __init__(self, kubeconfig: Path, log: Path, *flags: str,
-                 env: dict[str, str] | None = None) -> None:
-        self.metrics_port = free_port()
-        self.health_port = free_port()
-        self.log_path = log
-        args = [sys.executable, "-m", "configmirror", "run", "--kubeconfig", str(kubeconfig),
-                "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
-                "--health-probe-bind-address", f"127.0.0.1:{self.health_port}",
-                "--resync-period", "30", *flags]
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                         env={**os.environ, **(env or {})})
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        wait_for(lambda: self.get("/readyz", self.health_port) == "ok" or self._exited(),
-                 timeout=timeout, what="the operator to become ready")
-        assert self.proc.poll() is None, f"operator exited early:\n{self.log()}"
-
-    def _exited(self) -> bool:
-        return self.proc.poll() is not None
-
-    @staticmethod
-    def get(path: str, port: int) -> str | None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
-                return str(resp.read().decode())
-        except OSError:
-            return None
-
-    def metric(self, name: str, labels: str = "") -> float:
-        """A sample from /metrics, e.g. metric('configmirror_replica_writes_total',
-        'action="create"'); 0 if absent."""
-        text = self.get("/metrics", self.metrics_port) or ""
-        pattern = "^" + re.escape(name) + (r"\{" + re.escape(labels) + r"\}" if labels else
-                                           r"(\{[^}]*\})?") + r" ([0-9.e+-]+)$"
-        return sum(float(m.group(m.lastindex or 1))
-                   for m in re.finditer(pattern, text, re.MULTILINE))
-
-    def writes(self) -> float:
-        return self.metric("configmirror_replica_writes_total")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(f"operator ignored SIGTERM for {timeout} s") from None
-        return self.proc.returncode
-
-
+Operator = OperatorProcess
 IN_CLUSTER = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
 
 
@@ -91,7 +36,10 @@ class InClusterOperator:
     def wait_ready(self, timeout: float = 30) -> None:
         pass
 
-    def metric(self, name: str, labels: str = "") -> float:
+    def wait_idle(self, timeout: float = 60) -> None:
+        self._local_only("its /metrics")
+
+    def metric(self, name: str, **labels: str) -> float:
         return self._local_only("its /metrics")  # type: ignore[no-any-return]
 
     def writes(self) -> float:
@@ -110,11 +58,11 @@ class Operators:
     def __init__(self, cluster: Cluster, folder: Path) -> None:
         self.cluster = cluster
         self.folder = folder
-        self.started: list[Operator] = []
+        self.started: list[OperatorProcess] = []
         self.in_cluster_used = False
 
     def __call__(self, *flags: str, kubeconfig: Path | None = None, wait: bool = True,
-                 env: dict[str, str] | None = None) -> Operator:
+                 env: dict[str, str] | None = None) -> OperatorProcess:
         if IN_CLUSTER:
             if flags or kubeconfig or self.in_cluster_used:
                 InClusterOperator._local_only("flags or restarts")
@@ -123,8 +71,8 @@ class Operators:
         # CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG runs the operator as another identity (the
         # RBAC proof runs these tests with only deploy/'s ServiceAccount token).
         default = os.environ.get("CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG") or self.cluster.kubeconfig
-        op = Operator(kubeconfig or Path(default),
-                      self.folder / f"operator-{len(self.started)}.log", *flags, env=env)
+        op = OperatorProcess(kubeconfig or Path(default),
+                             self.folder / f"operator-{len(self.started)}.log", *flags, env=env)
         self.started.append(op)
         if wait:
             op.wait_ready()
@@ -146,17 +94,9 @@ def operators(cluster: Cluster, tmp_path: Path) -> Iterator[Operators]:
 
 
 @pytest.fixture
-def operator(operators: Operators) -> Operator:
+def operator(operators: Operators) -> OperatorProcess:
     """A running operator with default flags."""
     return operators()
-
-
-def configmap(name: str, annotations: dict[str, str] | None = None,
-              data: dict[str, str] | None = None, **extra: Any) -> client.V1ConfigMap:
-    return client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name=name, annotations=annotations,
-                                     labels=extra.pop("labels", None)),
-        data=data if data is not None else {"greeting": "hello"}, **extra)
 
 
 def read(cluster: Cluster, namespace: str, name: str) -> client.V1ConfigMap | None:
@@ -173,3 +113,38 @@ def events(cluster: Cluster, namespace: str, name: str, reason: str | None = Non
     found = cluster.core.list_namespaced_event(
         namespace, field_selector=f"involvedObject.name={name}").items
     return [e for e in found if reason is None or e.reason == reason]
+
+
+def restricted_operator_identity(cluster: Cluster, home: str, allowed: list[str],
+                                  tmp: Path) -> tuple[Path, str]:
+    """An identity that may read everything but write ConfigMaps only in `allowed`."""
+    name = unique_name("restricted")
+    rbac = cluster.rbac
+    rule = client.V1PolicyRule
+    rbac.create_cluster_role(client.V1ClusterRole(
+        metadata=client.V1ObjectMeta(name=f"{name}-read"), rules=[
+            rule(api_groups=[""], resources=["configmaps", "namespaces"],
+                 verbs=["get", "list", "watch"]),
+            rule(api_groups=[""], resources=["events"], verbs=["create", "patch"])]))
+    rbac.create_cluster_role(client.V1ClusterRole(
+        metadata=client.V1ObjectMeta(name=f"{name}-write"), rules=[
+            rule(api_groups=[""], resources=["configmaps"],
+                 verbs=["create", "update", "delete"])]))
+    subject = [client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=home)]
+    ref = client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                           name=f"{name}-read")
+    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
+        metadata=client.V1ObjectMeta(name=f"{name}-read"), role_ref=ref, subjects=subject))
+    for ns in allowed:
+        rbac.create_namespaced_role_binding(ns, client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name=f"{name}-write"), subjects=subject,
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io",
+                                      kind="ClusterRole", name=f"{name}-write")))
+    kubeconfig = cluster.service_account_kubeconfig(home, name, tmp / f"{name}.kubeconfig")
+    return kubeconfig, f"system:serviceaccount:{home}:{name}"
+
+
+def requests_into(cluster: Cluster, user: str, namespace: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.audit(user)
+            if (e.get("objectRef") or {}).get("namespace") == namespace
+            and (e.get("objectRef") or {}).get("resource") == "configmaps"]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config, watch
 
-from configmirror.envtest import ControlPlane
-from tests.conftest import Cluster, Namespaces, wait_for
+from configmirror_testing.controlplane import ControlPlane
+from configmirror_testing.wait import wait_for
+from tests.conftest import Cluster, Namespaces
 
 pytestmark = pytest.mark.controlplane
 
@@ -94,15 +95,9 @@ def test_client_sees_objects_from_before_and_after_an_apiserver_restart(
 
 def test_rbac_is_on_service_account_token_needs_a_binding(
         cluster: Cluster, namespace: str, tmp_path: Path) -> None:
-    plane = cluster.require_plane()
-    core, rbac = cluster.core, cluster.rbac
-    core.create_namespaced_service_account(
-        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="reader")))
-    token = core.create_namespaced_service_account_token(
-        "reader", namespace, client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))).status.token
-    as_sa = client.CoreV1Api(config.new_client_from_config(
-        str(plane.kubeconfig_for_token(token, tmp_path / "sa.kubeconfig"))))
+    rbac = cluster.rbac
+    as_sa = client.CoreV1Api(config.new_client_from_config(str(
+        cluster.service_account_kubeconfig(namespace, "reader", tmp_path / "sa.kubeconfig"))))
 
     with pytest.raises(client.ApiException) as refused:
         as_sa.list_config_map_for_all_namespaces()

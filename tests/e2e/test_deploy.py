@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
 from configmirror.replication import REPLICATE_TO
-from tests.conftest import REPO, Cluster, Namespaces, wait_for
+from configmirror_testing.wait import wait_for
+from tests.conftest import REPO, Cluster, Namespaces
 from tests.e2e.conftest import Operators, configmap, read
 
 pytestmark = pytest.mark.controlplane
@@ -30,11 +30,8 @@ def deployed(cluster: Cluster) -> Cluster:
 @pytest.fixture(scope="module")
 def sa_kubeconfig(deployed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kubeconfig holding only a TokenRequest token of deploy/'s ServiceAccount."""
-    token = deployed.core.create_namespaced_service_account_token(
-        "configmirror", "configmirror", client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))).status.token
-    plane = deployed.require_plane()
-    return plane.kubeconfig_for_token(token, tmp_path_factory.mktemp("sa") / "kubeconfig")
+    return deployed.token_kubeconfig("configmirror", "configmirror",
+                                     tmp_path_factory.mktemp("sa") / "kubeconfig")
 
 
 def test_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:

@@ -22,9 +22,17 @@ from configmirror.replication import (
     configmap_from_json,
     desired_hash,
 )
-from tests.conftest import Cluster, Namespaces, wait_for
-from tests.e2e.conftest import Operator, Operators, configmap, events, read
-from tests.e2e.test_operator import _requests_into, _restricted_operator_identity
+from configmirror_testing.wait import wait_for
+from tests.conftest import Cluster, Namespaces
+from tests.e2e.conftest import (
+    Operator,
+    Operators,
+    configmap,
+    events,
+    read,
+    requests_into,
+    restricted_operator_identity,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -111,7 +119,7 @@ def test_compaction_410_while_sources_change_in_the_gap(
         wait_for(lambda: read(uncached_cluster, target, "born"), timeout=30,
                  what="the replica of the source created in the gap")
         assert operator.metric("configmirror_informer_relists_total",
-                               'resource="configmaps"') >= 2, "the 410 must cause a relist"
+                               resource="configmaps") >= 2, "the 410 must cause a relist"
     finally:
         ops.stop_all()
         ns.cleanup()
@@ -154,7 +162,7 @@ def test_conflict_storm_then_convergence(cluster: Cluster, namespaces: Namespace
 def test_rbac_revoked_for_one_namespace_then_restored(
         cluster: Cluster, namespaces: Namespaces, operators: Operators, tmp_path: Path) -> None:
     src, kept, revoked = namespaces(), namespaces(), namespaces()
-    kubeconfig, user = _restricted_operator_identity(cluster, src, [kept, revoked, src],
+    kubeconfig, user = restricted_operator_identity(cluster, src, [kept, revoked, src],
                                                      tmp_path)
     resync = 2.0
     operator = operators("--resync-period", str(resync), kubeconfig=kubeconfig)
@@ -175,7 +183,7 @@ def test_rbac_revoked_for_one_namespace_then_restored(
     wait_for(lambda: operator.metric("controller_runtime_reconcile_total") >= seen + 3,
              timeout=20, what="three more reconciles (resyncs)")
     reconciles = operator.metric("controller_runtime_reconcile_total") - seen + 1
-    denied = [e for e in _requests_into(cluster, user, revoked)
+    denied = [e for e in requests_into(cluster, user, revoked)
               if e["responseStatus"]["code"] == 403]
     assert 1 <= len(denied) <= reconciles + 1, f"{len(denied)} tries in {reconciles} reconciles"
     assert len(events(cluster, src, "cfg", "ReplicationFailed")) == 1, "one Event, counted"

@@ -12,7 +12,8 @@ from configmirror.kube import Kube, load_configuration
 from configmirror.metrics import Metrics
 from configmirror.replication import CONFIGMAPS, ConfigMap, configmap_from_json
 from configmirror.store import Store
-from tests.conftest import Cluster, wait_for
+from configmirror_testing.wait import wait_for
+from tests.conftest import Cluster
 
 pytestmark = pytest.mark.controlplane
 

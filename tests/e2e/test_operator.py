@@ -6,14 +6,20 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from kubernetes import client
 
 from configmirror.replication import REPLICATE_TO, REPLICATE_TO_MATCHING
-from tests.conftest import Cluster, Namespaces, unique_name, wait_for
-from tests.e2e.conftest import Operators, configmap, events, read
+from configmirror_testing.wait import wait_for
+from tests.conftest import Cluster, Namespaces
+from tests.e2e.conftest import (
+    Operators,
+    configmap,
+    events,
+    read,
+    requests_into,
+    restricted_operator_identity,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -46,15 +52,15 @@ def test_restart_with_nothing_changed_makes_zero_writes(
     audited = writes_by_operator(cluster)
     second = operators()
     wait_for(lambda: second.metric("controller_runtime_reconcile_total",
-                                   'controller="configmirror",result="success"') >= 3,
+                                   controller="configmirror", result="success") >= 3,
              what="the restarted operator to reconcile the 3 sources")
-    wait_for(lambda: second.metric("workqueue_depth") == 0, what="an empty queue")
+    second.wait_idle()
     assert second.writes() == 0
     assert writes_by_operator(cluster) == audited, "the apiserver saw writes after restart"
     # Its own request metric agrees: it listed ConfigMaps and wrote none.
     requests = "configmirror_api_requests_total"
-    assert second.metric(requests, 'code="200",resource="configmaps",verb="list"') >= 1
-    assert sum(second.metric(requests, f'code="{code}",resource="configmaps",verb="{verb}"')
+    assert second.metric(requests, code="200", resource="configmaps", verb="list") >= 1
+    assert sum(second.metric(requests, code=str(code), resource="configmaps", verb=verb)
                for verb, code in (("create", 201), ("update", 200), ("delete", 200))) == 0
 
 
@@ -107,47 +113,12 @@ def test_plan_reports_conflicts_and_invalid_specs(cluster: Cluster,
     assert f"{src}/broken: invalid spec:" in out.stdout
 
 
-def _restricted_operator_identity(cluster: Cluster, home: str, allowed: list[str],
-                                  tmp: Path) -> tuple[Path, str]:
-    """An identity that may read everything but write ConfigMaps only in `allowed`."""
-    name = unique_name("restricted")
-    rbac = cluster.rbac
-    rule = client.V1PolicyRule
-    rbac.create_cluster_role(client.V1ClusterRole(
-        metadata=client.V1ObjectMeta(name=f"{name}-read"), rules=[
-            rule(api_groups=[""], resources=["configmaps", "namespaces"],
-                 verbs=["get", "list", "watch"]),
-            rule(api_groups=[""], resources=["events"], verbs=["create", "patch"])]))
-    rbac.create_cluster_role(client.V1ClusterRole(
-        metadata=client.V1ObjectMeta(name=f"{name}-write"), rules=[
-            rule(api_groups=[""], resources=["configmaps"],
-                 verbs=["create", "update", "delete"])]))
-    subject = [client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=home)]
-    ref = client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
-                           name=f"{name}-read")
-    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
-        metadata=client.V1ObjectMeta(name=f"{name}-read"), role_ref=ref, subjects=subject))
-    for ns in allowed:
-        rbac.create_namespaced_role_binding(ns, client.V1RoleBinding(
-            metadata=client.V1ObjectMeta(name=f"{name}-write"), subjects=subject,
-            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io",
-                                      kind="ClusterRole", name=f"{name}-write")))
-    kubeconfig = cluster.service_account_kubeconfig(home, name, tmp / f"{name}.kubeconfig")
-    return kubeconfig, f"system:serviceaccount:{home}:{name}"
-
-
-def _requests_into(cluster: Cluster, user: str, namespace: str) -> list[dict[str, Any]]:
-    return [e for e in cluster.audit(user)
-            if (e.get("objectRef") or {}).get("namespace") == namespace
-            and (e.get("objectRef") or {}).get("resource") == "configmaps"]
-
-
 def test_forbidden_and_terminating_namespaces_cause_no_hot_loop(
         cluster: Cluster, namespaces: Namespaces, operators: Operators, tmp_path: Path) -> None:
     src, allowed, forbidden = namespaces(), namespaces(), namespaces()
     terminating = namespaces()
     namespaces.delete(terminating, finalize=False)  # stays Terminating: no controller-manager
-    kubeconfig, user = _restricted_operator_identity(cluster, src, [allowed, src], tmp_path)
+    kubeconfig, user = restricted_operator_identity(cluster, src, [allowed, src], tmp_path)
     operator = operators(kubeconfig=kubeconfig)
     cluster.core.create_namespaced_config_map(src, configmap(
         "cfg", {REPLICATE_TO: f"{allowed},{forbidden},{terminating}"}, data={"v": "1"}))
@@ -160,11 +131,11 @@ def test_forbidden_and_terminating_namespaces_cause_no_hot_loop(
     cluster.core.patch_namespaced_config_map("cfg", src, {"data": {"v": "2"}})
     wait_for(lambda: (read(cluster, allowed, "cfg").data or {}) == {"v": "2"},  # type: ignore[union-attr]
              what="the edit to reach the allowed namespace")
-    wait_for(lambda: operator.metric("workqueue_depth") == 0, what="an empty queue")
-    attempts = _requests_into(cluster, user, forbidden)
+    operator.wait_idle()
+    attempts = requests_into(cluster, user, forbidden)
     assert 1 <= len(attempts) <= 2, f"{len(attempts)} writes tried in the forbidden namespace"
     assert all(e["responseStatus"]["code"] == 403 for e in attempts)
-    assert _requests_into(cluster, user, terminating) == [], "terminating: no write at all"
+    assert requests_into(cluster, user, terminating) == [], "terminating: no write at all"
     assert len(events(cluster, src, "cfg", "ReplicationFailed")) == 1, "one Event, counted"
     error_lines = [line for line in operator.log().splitlines()
                    if " ERROR " in line or "Traceback" in line]

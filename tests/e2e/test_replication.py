@@ -20,7 +20,8 @@ from configmirror.replication import (
     REPLICATE_TO,
     REPLICATE_TO_MATCHING,
 )
-from tests.conftest import Cluster, Namespaces, wait_for
+from configmirror_testing.wait import wait_for
+from tests.conftest import Cluster, Namespaces
 from tests.e2e.conftest import Operator, Operators, configmap, events, read
 
 pytestmark = pytest.mark.controlplane
@@ -130,8 +131,7 @@ def test_source_edit_updates_every_replica_and_unchanged_source_writes_nothing(
     cluster.core.patch_namespaced_config_map(
         "cfg", src, {"metadata": {"annotations": {"configmirror.io/note": "x"}}})
     wait_for(lambda: operator.metric("workqueue_adds_total") > adds, what="the reconcile")
-    wait_for(lambda: operator.metric("workqueue_depth") == 0 and
-             operator.metric("controller_runtime_active_workers") == 0, what="idle")
+    operator.wait_idle()
     assert operator.writes() == 4
 
 
@@ -329,7 +329,7 @@ def test_replicated_event_counts_changes_and_no_change_records_nothing(
     assert operator.stop() == 0
     restarted = operators()  # reconciles the source again: in sync, so nothing is recorded
     wait_for(lambda: restarted.metric("controller_runtime_reconcile_total",
-                                      'controller="configmirror",result="success"') >= 1,
+                                      controller="configmirror", result="success") >= 1,
              what="a reconcile after the restart")
     assert [e.message for e in events(cluster, src, "cfg", "Replicated")] == [
         "created 2, updated 0, deleted 0 replicas"]
@@ -345,7 +345,7 @@ def test_binary_data_and_a_configmap_near_the_1mib_limit(
     big = "x" * (1024 * 1024 - 64 * 1024)  # ~960 KiB of data in one key
     cluster.core.create_namespaced_config_map(src, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name="cfg", annotations={REPLICATE_TO: a}),
-        data={"big": big}, binary_data={"blob": base64.b64encode(blob).decode()}))
+        data={"big": big}, binaryData={"blob": base64.b64encode(blob).decode()}))
     replica = wait_replica(cluster, a, timeout=20)
     assert replica.data == {"big": big}
     assert base64.b64decode(replica.binary_data["blob"]) == blob

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from configmirror import __version__
-from configmirror.envtest import free_port
+from configmirror_testing.controlplane import free_port
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

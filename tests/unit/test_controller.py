@@ -11,7 +11,7 @@ from configmirror.controller import Controller, Result, TerminalError
 from configmirror.metrics import Metrics
 from configmirror.ratelimit import ItemExponentialFailureRateLimiter
 from configmirror.workqueue import WorkQueue
-from tests.conftest import wait_for
+from configmirror_testing.wait import wait_for
 
 
 class RecordingLimiter(ItemExponentialFailureRateLimiter):

@@ -1,4 +1,5 @@
-"""A real, local Kubernetes control plane (etcd + kube-apiserver) for tests and `make demo`.
+"""A real, local Kubernetes control plane (etcd + kube-apiserver) for tests, benchmarks and
+`make demo`.
 
 Like controller-runtime's envtest: no kubelet, no controller-manager, no Docker. The binaries
 come from `hack/controlplane/build.sh` (or KUBEBUILDER_ASSETS). The apiserver runs with RBAC,
@@ -24,13 +25,14 @@ import socket
 import ssl
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from configmirror_testing.wait import WaitTimeout, wait_for
 
 BINARIES = ("kube-apiserver", "etcd", "etcdctl", "kubectl")
 START_TIMEOUT = 60.0
@@ -102,20 +104,6 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = STOP_TIMEOUT) -> 
             proc.kill()
             proc.wait(timeout)
     return proc.returncode
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.1,
-               died: Callable[[], str | None] | None = None) -> None:
-    """Poll `check` until it is true; raise ControlPlaneError naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if check():
-            return
-        if died is not None and (reason := died()):
-            raise ControlPlaneError(f"{what}: {reason}")
-        if time.monotonic() > deadline:
-            raise ControlPlaneError(f"{what}: not ready after {timeout:.0f} s")
-        time.sleep(interval)
 
 
 class ControlPlane:
@@ -211,11 +199,6 @@ class ControlPlane:
     def etcd_endpoint(self) -> str:
         return f"http://127.0.0.1:{self.etcd_port}"
 
-    def kubeconfig_for_token(self, token: str, path: Path) -> Path:
-        """Write a kubeconfig that authenticates with `token` only (e.g. a ServiceAccount's)."""
-        path.write_text(json.dumps(self._kubeconfig_doc(token)))
-        return path
-
     def kubectl(self, *args: str, kubeconfig: Path | None = None, check: bool = True,
                 input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this control plane (admin unless `kubeconfig` is given)."""
@@ -297,8 +280,8 @@ class ControlPlane:
             f"--initial-cluster=configmirror-test=http://127.0.0.1:{peer}",
             "--unsafe-no-fsync=true", "--log-level=warn",
         ], self.dir / "etcd.log")
-        wait_until(lambda: self._http_ok(self.etcd_endpoint + "/health"), START_TIMEOUT,
-                   "etcd", died=lambda: self._died(self._etcd, "etcd.log"))
+        self._wait(lambda: self._http_ok(self.etcd_endpoint + "/health"), "etcd",
+                   lambda: self._died(self._etcd, "etcd.log"))
 
     def _start_apiserver(self) -> None:
         flags = [
@@ -322,8 +305,8 @@ class ControlPlane:
             flags += ["--watch-cache=false", "--etcd-compaction-interval=0"]
         self._apiserver = spawn([str(self.assets / "kube-apiserver"), *flags,
                                  *self.extra_apiserver_flags], self.dir / "apiserver.log")
-        wait_until(self._apiserver_ready, START_TIMEOUT, "kube-apiserver",
-                   died=lambda: self._died(self._apiserver, "apiserver.log"))
+        self._wait(self._apiserver_ready, "kube-apiserver",
+                   lambda: self._died(self._apiserver, "apiserver.log"))
 
     def _audit_policy(self) -> Path:
         """Audit every write (Metadata level), so tests can count the writes a client made."""
@@ -389,6 +372,13 @@ class ControlPlane:
         if done.returncode != 0:
             raise ControlPlaneError(f"etcdctl {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
+
+    @staticmethod
+    def _wait(ready: Callable[[], bool], what: str, died: Callable[[], str | None]) -> None:
+        try:
+            wait_for(ready, START_TIMEOUT, f"{what} to be ready", interval=0.1, abort=died)
+        except WaitTimeout as err:
+            raise ControlPlaneError(str(err)) from None
 
     def _died(self, proc: subprocess.Popen[bytes] | None, log: str) -> str | None:
         if proc is None or proc.poll() is None:

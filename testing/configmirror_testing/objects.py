@@ -1,0 +1,48 @@
+"""Objects the tests and benchmarks create, as plain JSON bodies the client accepts as they are."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+
+def configmap(name: str, annotations: dict[str, str] | None = None,
+              data: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+              namespace: str | None = None, **fields: Any) -> dict[str, Any]:
+    """A ConfigMap body; `data` defaults to {"greeting": "hello"}; `fields` go to the top
+    level (binaryData=..., immutable=True)."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if annotations:
+        metadata["annotations"] = annotations
+    if labels:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+            "data": data if data is not None else {"greeting": "hello"}, **fields}
+
+
+def service_account_token(core: client.CoreV1Api, namespace: str, name: str,
+                          create: bool = True, expiration_seconds: int = 3600) -> str:
+    """A TokenRequest token of ServiceAccount `namespace/name` (created first if `create`)."""
+    if create:
+        core.create_namespaced_service_account(
+            namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+        audiences=[], expiration_seconds=expiration_seconds))
+    status = core.create_namespaced_service_account_token(name, namespace, request).status
+    assert status is not None and status.token, f"no token for {namespace}/{name}"
+    return str(status.token)
+
+
+def token_kubeconfig(base: Path, token: str, path: Path) -> Path:
+    """A copy of kubeconfig `base` whose every context authenticates with `token` only."""
+    doc = yaml.safe_load(base.read_text())
+    doc["users"] = [{"name": "token-user", "user": {"token": token}}]
+    for context in doc["contexts"]:
+        context["context"]["user"] = "token-user"
+    path.write_text(yaml.safe_dump(doc))
+    return path
