@@ -1,0 +1,422 @@
+"""The pure domain: annotations -> spec, caches -> plan. One behaviour of DESIGN.md per test."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from configmirror.model import (
+    CONTENT_HASH,
+    LAST_APPLIED,
+    REPLICA_LABEL,
+    REPLICA_OF,
+    CachedObject,
+    Namespace,
+    configmap_from_json,
+    namespace_from_json,
+)
+from configmirror.plan import (
+    ReplicationPlan,
+    TargetPlan,
+    desired_body,
+    plan_source,
+    plan_target,
+)
+from configmirror.settings import DEFAULT_EXCLUDED
+from configmirror.spec import (
+    REPLICATE_TO,
+    REPLICATE_TO_MATCHING,
+    InvalidSpec,
+    Scope,
+    parse_patterns,
+)
+
+KEY = "src/cfg"
+SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
+ConfigMap = CachedObject
+
+
+def source(annotations: dict[str, str] | None = None, data: dict[str, str] | None = None,
+           labels: dict[str, str] | None = None, immutable: bool = False,
+           namespace: str = "src", name: str = "cfg", rv: str = "10") -> ConfigMap:
+    raw: dict[str, Any] = {
+        "metadata": {"namespace": namespace, "name": name, "uid": "u-1", "resourceVersion": rv,
+                     "labels": labels or {},
+                     "annotations": {REPLICATE_TO: "*"} if annotations is None else annotations},
+        "data": {"k": "v"} if data is None else data}
+    if immutable:
+        raw["immutable"] = True
+    return configmap_from_json(raw)
+
+
+def replica_of(src: ConfigMap, namespace: str, rv: str = "20", **edits: Any) -> ConfigMap:
+    """A cached replica as the operator would have written it (optionally hand-edited)."""
+    body = copy.deepcopy(desired_body(src, namespace))
+    body["metadata"].update(uid=f"r-{namespace}", resourceVersion=rv)
+    body.update(edits)
+    return configmap_from_json(body)
+
+
+def plain(namespace: str, name: str = "cfg", annotations: dict[str, str] | None = None
+          ) -> ConfigMap:
+    return configmap_from_json({"metadata": {"namespace": namespace, "name": name, "uid": "p",
+                                             "resourceVersion": "5",
+                                             "annotations": annotations or {}},
+                                "data": {"mine": "x"}})
+
+
+def ns(name: str, labels: dict[str, str] | None = None, terminating: bool = False) -> Namespace:
+    raw: dict[str, Any] = {"metadata": {"name": name, "labels": labels or {},
+                                        "resourceVersion": "1"}}
+    if terminating:
+        raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        raw["status"] = {"phase": "Terminating"}
+    return namespace_from_json(raw)
+
+
+def plan(src: ConfigMap | None, namespaces: list[Namespace],
+         others: list[ConfigMap] = (), scope: Scope | None = None,  # type: ignore[assignment]
+         key: str = KEY) -> ReplicationPlan:
+    cms = {cm.key: cm for cm in [*([src] if src else []), *others]}
+    replicas = [cm for cm in cms.values() if cm.replica_of == key]
+    return plan_source(key, src, namespaces, cms.get, replicas, scope or SCOPE)
+
+
+def kinds(p: ReplicationPlan) -> list[tuple[str, str]]:
+    return [(a.kind, a.namespace) for a in p.actions]
+
+
+ALL = [ns("src"), ns("a"), ns("b"), ns("kube-system"), ns("default")]
+
+
+# -- patterns ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("patterns", "name", "expected"), [
+    ("a,b", "a", True),
+    ("a, b ", "b", True),
+    ("team-*", "team-x", True),
+    ("team-*", "xteam-x", False),
+    ("team-*", "team", False),
+    ("t?", "t1", True),
+    ("t?", "t12", False),
+    ("ns-[a-c]", "ns-b", True),
+    ("ns-[a-c]", "ns-d", False),
+    ("ns-[!a-c]", "ns-d", True),
+    ("*,!kube-*", "kube-system", False),
+    ("*,!kube-*", "default", True),
+    ("!a", "a", False),
+    ("a,,b,", "b", True),
+])
+def test_patterns_match_whole_names(patterns: str, name: str, expected: bool) -> None:
+    assert parse_patterns(patterns).matches(name) is expected
+
+
+@pytest.mark.parametrize("bad", ["", " , ", "!", "ns-[", "ns-[]", "ns-[z-a]", "Team",
+                                 "team_x", "a b", "ns/x"])
+def test_invalid_patterns_name_the_entry(bad: str) -> None:
+    with pytest.raises(InvalidSpec, match=REPLICATE_TO):
+        parse_patterns(bad)
+
+
+@given(st.from_regex(r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", fullmatch=True))
+def test_an_exact_name_matches_itself_and_star_matches_everything(name: str) -> None:
+    assert parse_patterns(name).matches(name)
+    assert parse_patterns("*").matches(name)
+    assert not parse_patterns(f"*,!{name}").matches(name)
+
+
+# -- targets ----------------------------------------------------------------------------
+
+
+def test_star_targets_every_namespace_but_its_own_and_the_default_exclusions() -> None:
+    p = plan(source(), ALL)
+    assert p.targets == ("a", "b", "default")
+    assert kinds(p) == [("create", "a"), ("create", "b"), ("create", "default")]
+
+
+def test_selector_and_names_are_a_union() -> None:
+    src = source({REPLICATE_TO: "a", REPLICATE_TO_MATCHING: "env=prod"})
+    p = plan(src, [ns("a"), ns("b", {"env": "prod"}), ns("c", {"env": "dev"})])
+    assert p.targets == ("a", "b")
+
+
+def test_selector_only() -> None:
+    src = source({REPLICATE_TO_MATCHING: "tier in (x,y),!legacy"})
+    p = plan(src, [ns("a", {"tier": "x"}), ns("b", {"tier": "x", "legacy": ""}),
+                   ns("c", {"tier": "z"})])
+    assert p.targets == ("a",)
+
+
+def test_ignore_label_and_terminating_namespaces_are_never_targets() -> None:
+    p = plan(source(), [ns("a", {"configmirror.io/ignore": "true"}), ns("b", terminating=True),
+                        ns("c")])
+    assert p.targets == ("c",)
+
+
+def test_operator_exclusions_and_source_namespaces() -> None:
+    scope = Scope.from_flags("src", "b,kube-*")
+    assert plan(source(), ALL, scope=scope).targets == ("a", "default")
+    outside = Scope.from_flags("other-*", "")
+    assert plan(source(), ALL, scope=outside).targets == ()
+
+
+# -- the plan ---------------------------------------------------------------------------
+
+
+def test_in_sync_replicas_need_no_write() -> None:
+    src = source({REPLICATE_TO: "a,b"})
+    p = plan(src, ALL, [replica_of(src, "a"), replica_of(src, "b")])
+    assert p.in_sync and p.actions == ()
+
+
+def test_source_edit_updates_every_replica() -> None:
+    old = source({REPLICATE_TO: "a,b"})
+    new = source({REPLICATE_TO: "a,b"}, data={"k": "changed"})
+    p = plan(new, ALL, [replica_of(old, "a"), replica_of(old, "b", rv="21")])
+    assert kinds(p) == [("update", "a"), ("update", "b")]
+    assert [a.resource_version for a in p.actions] == ["20", "21"]
+
+
+def test_source_label_change_updates_replicas() -> None:
+    old = source({REPLICATE_TO: "a"})
+    new = source({REPLICATE_TO: "a"}, labels={"team": "x"})
+    assert kinds(plan(new, ALL, [replica_of(old, "a")])) == [("update", "a")]
+
+
+def test_hand_edited_replica_is_restored() -> None:
+    src = source({REPLICATE_TO: "a"})
+    edited = replica_of(src, "a", data={"k": "hand-edited"})
+    assert kinds(plan(src, ALL, [edited])) == [("update", "a")]
+
+
+def test_replica_with_a_stray_annotation_is_restored() -> None:
+    src = source({REPLICATE_TO: "a"})
+    body = copy.deepcopy(desired_body(src, "a"))
+    body["metadata"].update(uid="r", resourceVersion="3")
+    body["metadata"]["annotations"]["someone"] = "added this"
+    assert kinds(plan(src, ALL, [configmap_from_json(body)])) == [("update", "a")]
+
+
+def test_deleted_replica_is_recreated() -> None:
+    src = source({REPLICATE_TO: "a,b"})
+    assert kinds(plan(src, ALL, [replica_of(src, "a")])) == [("create", "b")]
+
+
+def test_namespace_that_stops_matching_loses_its_replica() -> None:
+    src = source({REPLICATE_TO: "a"})
+    p = plan(src, ALL, [replica_of(src, "a"), replica_of(src, "b")])
+    assert kinds(p) == [("delete", "b")]
+    assert p.actions[0].resource_version == "20"
+
+
+def test_deleted_source_loses_all_replicas() -> None:
+    src = source({REPLICATE_TO: "a,b"})
+    p = plan(None, ALL, [replica_of(src, "a"), replica_of(src, "b")])
+    assert kinds(p) == [("delete", "a"), ("delete", "b")]
+    assert p.actions[0].why == "source deleted"
+
+
+def test_source_without_annotations_loses_all_replicas() -> None:
+    src = source({REPLICATE_TO: "a"})
+    unannotated = source({})
+    p = plan(unannotated, ALL, [replica_of(src, "a")])
+    assert kinds(p) == [("delete", "a")]
+
+
+def test_replicas_in_terminating_namespaces_are_left_to_the_namespace_controller() -> None:
+    src = source({REPLICATE_TO: "a"})
+    p = plan(None, [ns("a", terminating=True)], [replica_of(src, "a")])
+    assert p.actions == ()
+
+
+def test_foreign_configmap_is_a_conflict_and_never_touched() -> None:
+    src = source({REPLICATE_TO: "a,b"})
+    p = plan(src, ALL, [plain("a")])
+    assert kinds(p) == [("create", "b")]
+    assert [(c.namespace, c.owner) for c in p.conflicts] == [("a", None)]
+    assert "not a replica" in p.conflicts[0].message
+
+
+def test_configmap_claiming_to_be_a_replica_without_our_label_is_foreign() -> None:
+    src = source({REPLICATE_TO: "a"})
+    p = plan(src, ALL, [plain("a", annotations={REPLICA_OF: KEY})])
+    assert p.actions == () and len(p.conflicts) == 1
+
+
+def test_two_sources_same_name_existing_replica_wins() -> None:
+    first = source({REPLICATE_TO: "a"}, namespace="one")
+    second = source({REPLICATE_TO: "a"}, namespace="two")
+    p = plan(second, [ns("a"), ns("one"), ns("two")], [replica_of(first, "a")], key="two/cfg")
+    assert p.actions == ()
+    assert [(c.namespace, c.owner) for c in p.conflicts] == [("a", "one/cfg")]
+
+
+def test_immutable_replica_that_must_change_is_recreated() -> None:
+    old = source({REPLICATE_TO: "a"}, immutable=True)
+    new = source({REPLICATE_TO: "a"}, data={"k": "v2"}, immutable=True)
+    assert kinds(plan(new, ALL, [replica_of(old, "a")])) == [("recreate", "a")]
+
+
+def test_immutable_replica_in_sync_is_left_alone() -> None:
+    src = source({REPLICATE_TO: "a"}, immutable=True)
+    assert plan(src, ALL, [replica_of(src, "a")]).actions == ()
+
+
+def test_invalid_spec_changes_nothing() -> None:
+    good = source({REPLICATE_TO: "a"})
+    bad = source({REPLICATE_TO: "a", REPLICATE_TO_MATCHING: "env in (prod"})
+    p = plan(bad, ALL, [replica_of(good, "a")])
+    assert p.actions == () and p.invalid is not None
+    assert REPLICATE_TO_MATCHING in p.invalid and "at the end" in p.invalid
+
+
+def test_invalid_glob_names_the_entry() -> None:
+    p = plan(source({REPLICATE_TO: "a,team-["}), ALL)
+    assert p.invalid is not None and "'team-['" in p.invalid
+
+
+# -- what a replica is --------------------------------------------------------------------
+
+
+def test_replica_copies_content_and_marks_itself() -> None:
+    src = source({REPLICATE_TO: "a", "team": "x", LAST_APPLIED: "{}",
+                  "configmirror.io/other": "y"}, labels={"app": "web"},
+                 data={"k": "v"}, immutable=True)
+    body = desired_body(src, "a")
+    meta = body["metadata"]
+    assert (meta["namespace"], meta["name"]) == ("a", "cfg")
+    assert body["data"] == {"k": "v"} and body["immutable"] is True
+    assert meta["labels"] == {"app": "web", REPLICA_LABEL: "true",
+                              "app.kubernetes.io/managed-by": "configmirror"}
+    assert set(meta["annotations"]) == {"team", REPLICA_OF, CONTENT_HASH}
+    assert meta["annotations"][REPLICA_OF] == KEY
+
+
+def test_cache_keeps_source_content_but_only_a_hash_of_replicas() -> None:
+    src = source({REPLICATE_TO: "a"}, data={"big": "x" * 1000})
+    assert src.source is not None and src.source.payload["data"] == {"big": "x" * 1000}
+    replica = replica_of(src, "a")
+    assert replica.source is None and replica.replica_of == KEY and len(replica.content_hash) == 32
+    assert plain("a").content_hash == "" and plain("a").source is None
+
+
+def test_the_digest_a_source_wants_is_what_the_cache_computes_from_its_replica() -> None:
+    """Expectations record a write with the source's digest; the informer's transform of the
+    same object must agree, or our own writes would look like drift."""
+    src = source({REPLICATE_TO: "a"}, data={"k": "v"}, labels={"x": "y"}, immutable=True)
+    assert src.source is not None
+    body = copy.deepcopy(desired_body(src, "a"))
+    body["metadata"].update(uid="u", resourceVersion="7")
+    assert configmap_from_json(body).content_hash == src.source.content_hash
+    assert body["metadata"]["annotations"][CONTENT_HASH] == src.source.content_hash
+
+
+def test_a_source_is_compiled_once_per_version_into_an_immutable_value() -> None:
+    src = source({REPLICATE_TO: "a,b"})
+    assert src.source is not None and src.source.spec is not None
+    assert src.source.invalid is None
+    with pytest.raises(AttributeError):
+        src.source.content_hash = "x"  # type: ignore[misc]
+
+
+# -- one target ---------------------------------------------------------------------------
+
+
+def target(name: str, namespace: str, current: ConfigMap | None, sources: list[ConfigMap],
+           namespaces: list[Namespace] = ALL) -> TargetPlan:
+    by_key = {s.key: s for s in sources}
+    here = next((n for n in namespaces if n.name == namespace), None)
+    return plan_target(namespace, name, current, here, sources, by_key.get, SCOPE)
+
+
+def test_target_missing_is_created_for_the_source_that_wants_it() -> None:
+    src = source({REPLICATE_TO: "a"})
+    p = target("cfg", "a", None, [src])
+    assert p.action is not None and (p.action.kind, p.action.source) == ("create", KEY)
+    assert p.owner is src and p.conflicts == ()
+
+
+def test_target_nobody_wants_is_left_alone() -> None:
+    assert target("cfg", "b", None, [source({REPLICATE_TO: "a"})]).action is None
+    assert target("cfg", "a", plain("a"), []).action is None
+
+
+def test_target_in_sync_needs_no_write_and_drift_is_repaired() -> None:
+    src = source({REPLICATE_TO: "a"})
+    assert target("cfg", "a", replica_of(src, "a"), [src]).action is None
+    edited = replica_of(src, "a", data={"k": "hand-edited"})
+    p = target("cfg", "a", edited, [src])
+    assert p.action is not None and (p.action.kind, p.action.resource_version) == ("update", "20")
+
+
+def test_target_foreign_object_is_a_conflict_for_every_source_that_wants_it() -> None:
+    one = source({REPLICATE_TO: "a"}, namespace="one")
+    two = source({REPLICATE_TO: "a"}, namespace="two")
+    p = target("cfg", "a", plain("a"), [one, two], [ns("a"), ns("one"), ns("two")])
+    assert p.action is None
+    assert sorted((c.source, c.owner) for c in p.conflicts) == [("one/cfg", None),
+                                                                ("two/cfg", None)]
+
+
+def test_target_two_sources_one_name_the_existing_replica_wins() -> None:
+    one = source({REPLICATE_TO: "a"}, namespace="one")
+    two = source({REPLICATE_TO: "a"}, namespace="two", data={"k": "other"})
+    spaces = [ns("a"), ns("one"), ns("two")]
+    p = target("cfg", "a", replica_of(two, "a"), [one, two], spaces)
+    assert p.action is None and p.owner is two
+    assert [(c.source, c.owner) for c in p.conflicts] == [("one/cfg", "two/cfg")]
+
+
+def test_target_two_sources_one_name_and_no_replica_the_lowest_key_gets_it() -> None:
+    one = source({REPLICATE_TO: "a"}, namespace="one")
+    two = source({REPLICATE_TO: "a"}, namespace="two")
+    p = target("cfg", "a", None, [two, one], [ns("a"), ns("one"), ns("two")])
+    assert p.action is not None and p.action.source == "one/cfg"
+    assert [(c.source, c.owner) for c in p.conflicts] == [("two/cfg", "one/cfg")]
+
+
+def test_target_orphan_is_deleted_with_the_reason() -> None:
+    src = source({REPLICATE_TO: "a"})
+    orphan = replica_of(src, "b")
+    p = target("cfg", "b", orphan, [src])
+    assert p.action is not None and (p.action.kind, p.action.why) == (
+        "delete", "namespace no longer targeted")
+    gone = target("cfg", "a", replica_of(src, "a"), [])
+    assert gone.action is not None and gone.action.why == "source deleted"
+
+
+def test_target_of_an_invalid_source_is_kept() -> None:
+    good = source({REPLICATE_TO: "a"})
+    bad = source({REPLICATE_TO: "a,team-["})
+    assert target("cfg", "a", replica_of(good, "a"), [bad]).action is None
+
+
+def test_target_in_a_terminating_or_missing_namespace_is_never_written() -> None:
+    src = source({REPLICATE_TO: "*"})
+    assert target("cfg", "t", None, [src], [ns("t", terminating=True)]).action is None
+    assert target("cfg", "gone", replica_of(src, "gone"), [src], []).action is None
+
+
+def test_target_immutable_replica_that_must_change_is_recreated() -> None:
+    old = source({REPLICATE_TO: "a"}, immutable=True)
+    new = source({REPLICATE_TO: "a"}, data={"k": "v2"}, immutable=True)
+    p = target("cfg", "a", replica_of(old, "a"), [new])
+    assert p.action is not None and p.action.kind == "recreate"
+
+
+@given(st.lists(st.sampled_from(["a", "b", "default", "kube-system"]), unique=True),
+       st.sampled_from(["a", "b", "default", "kube-system"]))
+def test_source_and_target_plans_agree_on_where_replicas_go(existing: list[str],
+                                                            where: str) -> None:
+    src = source({REPLICATE_TO: "a,default"})
+    replicas = [replica_of(src, n) for n in existing]
+    by_ns = {r.namespace: r for r in replicas}
+    whole = plan(src, ALL, replicas)
+    one = target("cfg", where, by_ns.get(where), [src])
+    in_whole = [(a.kind, a.namespace) for a in whole.actions if a.namespace == where]
+    assert in_whole == ([(one.action.kind, where)] if one.action else [])
