@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from configmirror.replication import DEFAULT_EXCLUDED
+DEFAULT_EXCLUDED = "kube-system,kube-public,kube-node-lease"
 
 
 @dataclass(frozen=True)
@@ -25,3 +25,7 @@ class Settings:
     log_level: str = "info"
     dry_run: bool = False
     drain_timeout: float = 25.0  # SIGTERM: how long in-flight reconciles may take to finish
+    # The client-side limit on requests per second, shared by every request (0: none), and
+    # the burst above it (kube-controller-manager's --kube-api-qps/--kube-api-burst).
+    kube_api_qps: float = 50.0
+    kube_api_burst: int = 100
