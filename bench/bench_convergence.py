@@ -1,11 +1,22 @@
-"""Convergence: S sources x N namespaces, configmirror against a bare client on one server.
+"""Convergence: S sources x N namespaces, configmirror against two baselines on one server.
 
     python bench/bench_convergence.py [--sources 200] [--namespaces 50] [--workers 4]
 
-Baseline (same run, same server): a bare client creating the same S*N replicas with the same
-number of threads as the operator has workers. Prints operator_rate / baseline_rate (goal
->= 0.8), the operator's writes (goal: exactly S*N), then restarts it with nothing changed
-and prints its writes (goal: 0) and reads (goal: one LIST per informer).
+The shapes of DESIGN.md section 5: 1 x 5000, 200 x 50, 20 x 500 (flags). Baselines, in the
+same run on the same server, writing exactly the S*N bodies configmirror writes:
+  - the Go client-go writer (bench/gowriter, no client-side rate limit) with as many
+    goroutines as the operator has workers, and with 32 (its best here: the server's limit);
+  - the Python bare client (the same connection pool as the operator, nothing else) with as
+    many threads as the operator has workers.
+Each baseline runs before and after the operator, and the mean is used, so drift in the
+machine's speed favours neither side. Every writer is timed by the API server's audit log,
+from its first create received to its last answered.
+
+Prints the operator's rate against each (goals: >= 0.8 of the Go writer at the same
+concurrency, >= 0.7 of its best), CPU seconds per 1,000 writes, the operator's writes by its
+counter and by the audit log (goal: exactly S*N), then restarts it with nothing changed and
+prints its writes (goal: 0) and reads (goal: one LIST per informer). The operator runs with
+--kube-api-qps 0.
 """
 
 from __future__ import annotations
@@ -13,11 +24,17 @@ from __future__ import annotations
 import time
 
 from harness import (
+    Baselines,
     Session,
+    baseline_rows,
     common_args,
+    load_average,
     machine,
-    parallel,
+    operator_run,
+    ratio_lines,
     replica_body,
+    run_json,
+    run_table,
     save,
     wait,
     writes,
@@ -32,68 +49,57 @@ def main() -> None:
     parser.add_argument("--namespaces", type=int, default=50)
     args = parser.parse_args()
     total = args.sources * args.namespaces
+    shape = f"{args.sources}x{args.namespaces}"
+    load_before = load_average()
     with Session(args.kubeconfig) as session:
         cluster, watcher = session.cluster, session.watcher
         cluster.namespaces(SOURCE_NS, 1)
         source_ns = f"{SOURCE_NS}-000"
         targets = cluster.namespaces("bench", args.namespaces)
         print(f"convergence: {args.sources} sources x {args.namespaces} namespaces = {total} "
-              f"replicas, {args.workers} threads/workers; {machine()}")
+              f"replicas; operator --workers {args.workers} --kube-api-qps 0; {machine()}")
+        print(f"  at the start: {load_before}")
 
-        # 1. The bare client: the API server's own write rate at this concurrency. It runs
-        # again after the operator, and the two are averaged, so drift in the machine's speed
-        # over the run favours neither side.
+        # 1. The baselines, before the operator.
         bodies = [replica_body(source_ns, f"src-{i:04d}", ns)
                   for i in range(args.sources) for ns in targets]
-
-        def bare_client() -> list[tuple[float, int]]:
-            since = time.monotonic()
-            parallel(lambda b: cluster.kube.request(
-                "create", f"/api/v1/namespaces/{b['metadata']['namespace']}/configmaps",
-                body=b), bodies, args.workers)
-            wait(lambda: watcher.live() == total, 120, "the baseline's replicas")
-            curve = watcher.curve(since)
-            cluster.delete_replicas(targets, watcher)
-            return curve
-
-        baseline_curve = bare_client()
-        first_span = baseline_curve[-1][0] - baseline_curve[0][0]
+        baselines = Baselines(session, bodies, args.workers, shape)
+        baselines.measure()
 
         # 2. configmirror, from a cold start, on the same workload.
         cluster.create_sources(source_ns, args.sources, "bench-*")
         since = time.monotonic()
         operator = session.operator(args.workers)
-        wait(lambda: watcher.live() == total, 600, "configmirror's replicas")
-        wall = time.monotonic() - since
-        curve = watcher.curve(since)
-        span = curve[-1][0] - curve[0][0]
-        session.idle(operator)
-        own_writes = operator.metric("configmirror_replica_writes_total")
+        operator.wait_ready(120)
+        ours, wall = operator_run(session, operator, args.workers, total, since,
+                                  operator.cpu_seconds())
+        own_writes = operator.writes()
         audited = writes(cluster.audit("configmirror/"))
+        curve = watcher.curve(since)
 
         # 3. Restart with nothing changed: zero writes, one LIST per informer.
         assert operator.stop() == 0
         mark = time.time()
         restarted = session.operator(args.workers)
-        wait(lambda: restarted.metric("controller_runtime_reconcile_total") >= args.sources,
-             120, "the restarted operator to reconcile every source")
-        session.idle(restarted)
-        restart_writes = restarted.metric("configmirror_replica_writes_total")
+        wait(lambda: restarted.metric("configmirror_reconciles_total", role="source")
+             >= args.sources, 300, "the restarted operator to reconcile every source")
+        session.idle(restarted, 300)
+        restart_writes = restarted.writes()
         relists = restarted.metric("configmirror_informer_relists_total")
         after = cluster.audit("configmirror/", since=mark)
         assert restarted.stop() == 0
-        cluster.delete_replicas(targets, watcher)
-        second = bare_client()
-        second_span = second[-1][0] - second[0][0]
-        baseline_span = (first_span + second_span) / 2
 
-        baseline_rate = total / baseline_span
-        rate = total / span
-        print(f"  bare client:   {baseline_span:6.2f} s  {baseline_rate:8.0f} writes/s  "
-              f"(mean of {first_span:.2f} s before and {second_span:.2f} s after)")
-        print(f"  configmirror:  {span:6.2f} s  {rate:8.0f} writes/s  "
-              f"({wall:.2f} s from process start)")
-        print(f"  operator_rate / baseline_rate = {rate / baseline_rate:.2f} (goal >= 0.8)")
+        # 4. The baselines again, after the operator.
+        baselines.clear()
+        baselines.measure()
+
+        print(f"  at the end:   {load_average()}")
+        print(*run_table([*baseline_rows(baselines),
+                          (f"configmirror, {args.workers} workers", ours)]), sep="\n")
+        print(f"  (baselines: mean of a run before and one after the operator; configmirror: "
+              f"{wall:.2f} s from process start to the last replica; its CPU counts from "
+              f"ready to idle)")
+        print(*ratio_lines(ours, baselines), sep="\n")
         print(f"  configmirror writes: {own_writes:.0f} by its counter, {audited} by the "
               f"apiserver's audit log (goal: exactly {total})")
         print(f"  restart, nothing changed: {restart_writes:.0f} writes "
@@ -101,16 +107,15 @@ def main() -> None:
         lists = {res: n for (verb, res), n in (after or {}).items() if verb == "list"}
         print(f"  restart reads: {relists:.0f} LISTs by the informers (one per informer); "
               f"HTTP list requests by resource: {lists} (pages of 500)")
-        save("convergence", {
+        save(f"convergence-{shape}", {
             "sources": args.sources, "namespaces": args.namespaces, "workers": args.workers,
-            "baseline_seconds": baseline_span, "configmirror_seconds": span,
-            "configmirror_wall_seconds": wall, "ratio": rate / baseline_rate,
+            "load_before": load_before, "load_after": load_average(),
+            "baselines": {label: [run_json(r) for r in runs]
+                          for label, runs in baselines.runs.items()},
+            "configmirror": run_json(ours), "configmirror_wall_seconds": wall,
             "writes": own_writes, "audited_writes": audited,
             "restart_writes": restart_writes, "restart_relists": relists,
             "restart_list_requests": lists,
-            "configmirror_requests": {f"{v} {r}": n for (v, r), n in
-                                      (cluster.audit("configmirror/", 0) or {}).items()},
-            "baseline_curve": baseline_curve[::max(1, len(baseline_curve) // 400)],
             "configmirror_curve": curve[::max(1, len(curve) // 400)],
             "machine": machine()})
 

@@ -1,7 +1,12 @@
-"""What the cluster benchmarks share: a cluster, a replica watcher, the operator process.
+"""What the cluster benchmarks share: a cluster, a replica watcher, the operator process, and
+the two baselines (the Go client-go writer and the Python bare client).
 
 By default a benchmark starts the local control plane (configmirror_testing); with
---kubeconfig it runs against any cluster (audit-based request counts are then unavailable).
+--kubeconfig it runs against any cluster (audit-based request counts and timings are then
+unavailable, and each writer's own clock is used instead).
+
+Every operator a benchmark starts runs with `--kube-api-qps 0`: the client-side rate limit is
+off, so the figures are the operator's own pace against the server's.
 """
 
 from __future__ import annotations
@@ -10,11 +15,14 @@ import argparse
 import json
 import os
 import queue
+import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +37,24 @@ from configmirror_testing.wait import wait_for
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 REPLICA_SELECTOR = f"{REPLICA_LABEL}=true"
+GOWRITER_BUILD = REPO / "bench" / "gowriter" / "build.sh"
+BEST_CONCURRENCY = 32   # the Go writer's second run: past the server's limit on this machine
+OPERATOR_FLAGS = ("--kube-api-qps", "0")  # benchmarks measure the pace, not the limit
+BARE_CLIENT = "bare-client"  # the Python bare client's user agent (the audit log tells it apart)
 
 
 def common_args(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--kubeconfig", help="an existing cluster (default: a local one)")
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=4,
+                        help="the operator's --workers, and the baselines' concurrency")
     return parser
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages and the core count, for the figures' context."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 class BenchCluster:
@@ -52,17 +71,18 @@ class BenchCluster:
             kubeconfig = str(self.plane.kubeconfig)
         self.kubeconfig = kubeconfig
         self.kube = Kube(load_configuration(kubeconfig, pool_size=32), user_agent="bench")
+        self._audit: AuditTrail | None = None
 
     def close(self) -> None:
         self.kube.close()
         if self.plane is not None:
             self.plane.stop()
 
-    def namespaces(self, prefix: str, count: int) -> list[str]:
+    def namespaces(self, prefix: str, count: int, threads: int = 16) -> list[str]:
         names = [f"{prefix}-{i:03d}" for i in range(count)]
-        for name in names:
-            self.kube.request("create", "/api/v1/namespaces",
-                              body={"metadata": {"name": name}})
+        parallel(lambda name: self.kube.request("create", "/api/v1/namespaces",
+                                                body={"metadata": {"name": name}}),
+                 names, threads)
         return names
 
     def create_sources(self, namespace: str, count: int, targets: str,
@@ -83,22 +103,76 @@ class BenchCluster:
     def audit(self, user_agent: str, since: float = 0.0) -> Counter[tuple[str, str]] | None:
         """Requests by (verb, resource) from clients whose user agent starts with
         `user_agent`, stamped after `since` (time.time()); None on an external cluster."""
+        records = self._audit_records()
+        if records is None:
+            return None
+        return Counter((r.verb, r.resource) for r in records
+                       if r.user_agent.startswith(user_agent) and r.received >= since)
+
+    def window(self, user_agent: str, verb: str, since: float,
+               resource: str = "configmaps") -> tuple[int, float] | None:
+        """(requests, seconds from the first one received to the last one answered) of
+        `verb` on `resource` by `user_agent`, since `since`: the API server's own clock, the
+        same for every writer. None on an external cluster or when there were none."""
+        records = [r for r in self._audit_records() or ()
+                   if r.user_agent.startswith(user_agent) and r.verb == verb
+                   and r.resource == resource and r.received >= since]
+        if not records:
+            return None
+        first = min(r.received for r in records)
+        last = max(r.completed for r in records)
+        return len(records), last - first
+
+    def _audit_records(self) -> list[AuditRecord] | None:
         if self.plane is None:
             return None
-        counts: Counter[tuple[str, str]] = Counter()
-        for event in self.plane.audit_events():
-            if not event.get("userAgent", "").startswith(user_agent):
-                continue
-            stamp = event.get("requestReceivedTimestamp", "")
-            if since and _epoch(stamp) < since:
-                continue
-            counts[(event.get("verb", ""), (event.get("objectRef") or {}).get("resource", ""))] += 1
-        return counts
+        if self._audit is None:
+            self._audit = AuditTrail(self.plane.audit_log)
+        return self._audit.records()
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """The part of one audit event the benchmarks read."""
+
+    user_agent: str
+    verb: str
+    resource: str
+    received: float   # epoch seconds: the server received the request
+    completed: float  # epoch seconds: the server finished the response
+
+
+class AuditTrail:
+    """The apiserver's audit log, read incrementally (it grows by a line per request)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offset = 0
+        self._records: list[AuditRecord] = []
+
+    def records(self) -> list[AuditRecord]:
+        if self._path.exists():
+            with open(self._path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1  # a line being written now waits for the next read
+            self._offset += end
+            for line in chunk[:end].splitlines():
+                self._records.append(_audit_record(json.loads(line)))
+        return self._records
+
+
+def _audit_record(event: dict[str, Any]) -> AuditRecord:
+    received = _epoch(event.get("requestReceivedTimestamp", ""))
+    return AuditRecord(
+        user_agent=event.get("userAgent", ""), verb=event.get("verb", ""),
+        resource=(event.get("objectRef") or {}).get("resource", ""),
+        received=received, completed=_epoch(event.get("stageTimestamp", "")) or received)
 
 
 def _epoch(stamp: str) -> float:
-    from datetime import datetime
-
+    if not stamp:
+        return 0.0
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
@@ -204,9 +278,12 @@ class Session:
             self._watcher = ReplicaWatcher(self.cluster.kube)
         return self._watcher
 
-    def operator(self, workers: int, *flags: str) -> OperatorProcess:
+    def operator(self, workers: int, *flags: str, env: dict[str, str] | None = None
+                 ) -> OperatorProcess:
+        """An operator with `--workers workers --kube-api-qps 0` (later `flags` win)."""
         operator = OperatorProcess(self.cluster.kubeconfig, RESULTS / "operator.log",
-                                   "--workers", str(workers), "--log-level", "warning", *flags)
+                                   "--workers", str(workers), "--log-level", "warning",
+                                   *OPERATOR_FLAGS, *flags, env=env)
         self._operators.append(operator)
         return operator
 
@@ -287,3 +364,198 @@ def machine() -> str:
             break
     mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024 // 1024
     return f"{os.cpu_count()} cores ({cpu}), {mem} GiB RAM, Python {sys.version.split()[0]}"
+
+
+# -- the baselines: what the API server takes from a Go controller and from bare Python ---------
+
+
+def gowriter_binary() -> Path:
+    """The Go client-go writer, built once (bench/gowriter/build.sh) and cached."""
+    done = subprocess.run([str(GOWRITER_BUILD)], capture_output=True, text=True, check=False,
+                          timeout=1800)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        sys.exit(f"bench: the Go writer could not be built:\n{done.stderr[-2000:]}")
+    return Path(lines[-1])
+
+
+@dataclass(frozen=True)
+class Run:
+    """One writer's pass over a set of bodies."""
+
+    writer: str                # "go", "python" or "configmirror"
+    concurrency: int
+    writes: int
+    seconds: float             # first request received to last answered (audit), else own clock
+    cpu_seconds: float | None  # the writer's own CPU over the pass (None: not measured)
+    own_seconds: float | None = None  # the writer's own clock, first request to last response
+
+    @property
+    def rate(self) -> float:
+        return self.writes / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_per_1000(self) -> float | None:
+        if self.cpu_seconds is None or not self.writes:
+            return None
+        return self.cpu_seconds / self.writes * 1000
+
+
+def mean_run(runs: Sequence[Run]) -> Run:
+    """The runs of one writer (before and after the operator) as one: their mean seconds."""
+    first = runs[0]
+    cpu = [r.cpu_seconds for r in runs if r.cpu_seconds is not None]
+    own = [r.own_seconds for r in runs if r.own_seconds is not None]
+    return Run(first.writer, first.concurrency, first.writes,
+               sum(r.seconds for r in runs) / len(runs),
+               sum(cpu) / len(cpu) if cpu else None, sum(own) / len(own) if own else None)
+
+
+class Baselines:
+    """Write a set of bodies with the Go writer (at the operator's concurrency and at 32) and
+    with the Python bare client (at the operator's concurrency), deleting them after each pass.
+
+    The operator must not run meanwhile: it would repair the deletions, or delete what it
+    takes for orphans. Each writer's time comes from the audit log when there is one, so the
+    baselines and the operator are timed by one clock, the API server's.
+    """
+
+    def __init__(self, session: Session, bodies: list[dict[str, Any]], concurrency: int,
+                 label: str) -> None:
+        self._session = session
+        self._bodies = bodies
+        self._concurrency = concurrency
+        self._binary = gowriter_binary()
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        self._file = RESULTS / f"bodies-{label}.jsonl"
+        with open(self._file, "w") as f:
+            for body in bodies:
+                f.write(json.dumps(body, separators=(",", ":")) + "\n")
+        self.runs: dict[str, list[Run]] = {}
+
+    @property
+    def labels(self) -> list[str]:
+        return [f"go@{c}" for c in self.concurrencies] + [f"python@{self._concurrency}"]
+
+    @property
+    def concurrencies(self) -> list[int]:
+        return sorted({self._concurrency, BEST_CONCURRENCY})
+
+    def measure(self, verb: str = "create") -> None:
+        """One pass of every baseline writer: create the bodies (or update them, when they
+        exist already), then delete what was created."""
+        for concurrency in self.concurrencies:
+            self._record(f"go@{concurrency}", self.go(verb, concurrency))
+            if verb == "create":
+                self.clear()
+        if verb == "create":
+            self._record(f"python@{self._concurrency}", self.python(self._concurrency))
+            self.clear()
+
+    def mean(self, label: str) -> Run:
+        return mean_run(self.runs[label])
+
+    def best(self) -> Run:
+        """The Go writer's best rate at any concurrency measured (the server's limit)."""
+        return max((self.mean(f"go@{c}") for c in self.concurrencies), key=lambda r: r.rate)
+
+    def go(self, verb: str, concurrency: int, bodies: Path | None = None) -> Run:
+        cluster = self._session.cluster
+        mark = time.time()
+        done = subprocess.run(
+            [str(self._binary), "-kubeconfig", cluster.kubeconfig, "-bodies",
+             str(bodies or self._file), "-concurrency", str(concurrency), "-verb", verb],
+            capture_output=True, text=True, check=False, timeout=1800)
+        if done.returncode != 0:
+            sys.exit(f"bench: the Go writer failed: {done.stderr[-2000:]}")
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        if result["errors"]:
+            sys.exit(f"bench: the Go writer had {result['errors']} errors; the first: "
+                     f"{result.get('first_error')}")
+        window = cluster.window("gowriter", verb, mark)
+        return Run("go", concurrency, int(result["writes"]),
+                   window[1] if window else float(result["seconds"]),
+                   float(result["cpu_seconds"]), float(result["seconds"]))
+
+    def python(self, threads: int) -> Run:
+        """The Python bare client: the same bodies, the same connection pool as the operator's
+        client, `threads` threads, nothing else (no cache, no queue)."""
+        cluster = self._session.cluster
+        kube = Kube(load_configuration(cluster.kubeconfig, pool_size=threads),
+                    user_agent=BARE_CLIENT)
+        try:
+            mark = time.time()
+            cpu = time.process_time()  # this process: the watcher's thread adds a little
+            elapsed = parallel(lambda b: kube.request(
+                "create", f"/api/v1/namespaces/{b['metadata']['namespace']}/configmaps",
+                body=b), self._bodies, threads)
+            cpu = time.process_time() - cpu
+        finally:
+            kube.close()
+        window = cluster.window(BARE_CLIENT, "create", mark)
+        return Run("python", threads, len(self._bodies), window[1] if window else elapsed,
+                   cpu, elapsed)
+
+    def clear(self) -> None:
+        """Delete every body's object (the Go writer at 32) and wait for the watch to agree."""
+        self.go("delete", BEST_CONCURRENCY)
+        watcher = self._session.watcher
+        wait(lambda: watcher.live() == 0, 300, "the baseline's objects to be deleted")
+
+    def _record(self, label: str, run: Run) -> None:
+        self.runs.setdefault(label, []).append(run)
+
+
+def operator_run(session: Session, operator: OperatorProcess, workers: int, total: int,
+                 since: float, cpu_before: float, timeout: float = 900) -> tuple[Run, float]:
+    """Wait until `total` replicas exist, then until the operator is idle; its Run (audit
+    window of its creates, CPU from `cpu_before` to idle) and the wall seconds from `since`."""
+    watcher = session.watcher
+    wait(lambda: watcher.live() >= total, timeout, "configmirror's replicas")
+    wall = time.monotonic() - since
+    session.idle(operator, 300)
+    cpu = operator.cpu_seconds() - cpu_before
+    mark = time.time() - wall - 1
+    window = session.cluster.window("configmirror/", "create", mark)
+    curve = watcher.curve(since)
+    span = curve[-1][0] - curve[0][0] if len(curve) > 1 else wall
+    return Run("configmirror", workers, window[0] if window else total,
+               window[1] if window else span, cpu, span), wall
+
+
+def ratio_lines(ours: Run, baselines: Baselines) -> list[str]:
+    """The figures that section 5 of DESIGN.md sets goals for, as printed lines."""
+    same = baselines.mean(f"go@{ours.concurrency}")
+    best = baselines.best()
+    python = baselines.mean(f"python@{ours.concurrency}")
+    return [
+        f"  configmirror / Go writer at the same concurrency ({same.concurrency}) = "
+        f"{ours.rate / same.rate:.2f} (goal >= 0.8)",
+        f"  configmirror / Go writer at its best ({best.concurrency}) = "
+        f"{ours.rate / best.rate:.2f} (goal >= 0.7)",
+        f"  configmirror / Python bare client ({python.concurrency} threads) = "
+        f"{ours.rate / python.rate:.2f}",
+    ]
+
+
+def run_table(runs: Sequence[tuple[str, Run]]) -> list[str]:
+    lines = [f"  {'writer':<34} {'seconds':>8} {'writes/s':>9} {'CPU s / 1000 writes':>20}"]
+    for label, run in runs:
+        cpu = run.cpu_per_1000
+        lines.append(f"  {label:<34} {run.seconds:8.2f} {run.rate:9.0f} "
+                     f"{'-' if cpu is None else f'{cpu:.2f}':>20}")
+    return lines
+
+
+def baseline_rows(baselines: Baselines) -> list[tuple[str, Run]]:
+    rows = [(f"Go client-go, {c} goroutines", baselines.mean(f"go@{c}"))
+            for c in baselines.concurrencies]
+    python = baselines.mean(baselines.labels[-1])
+    rows.append((f"Python bare client, {python.concurrency} threads", python))
+    return rows
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    return {"writer": run.writer, "concurrency": run.concurrency, "writes": run.writes,
+            "seconds": run.seconds, "rate": run.rate, "cpu_seconds": run.cpu_seconds,
+            "own_seconds": run.own_seconds}
