@@ -26,12 +26,18 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from configmirror.clock import Clock, RealClock
 from configmirror.ratelimit import TokenBucketRateLimiter
 
 CONNECT_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 30.0
 RETRY_AFTER_ATTEMPTS = 3     # client-go retries up to 10; a worker should not sit on one call
 RETRY_AFTER_MAX = 10.0       # seconds: a longer Retry-After is the caller's to wait, not ours
+# Seconds a credential header is reused before the client's loader is asked again. Asking it
+# runs its refresh hook, which re-reads the proxy settings of the whole environment: about a
+# millisecond, a third of the CPU a replica write cost. The loaders renew a token minutes
+# before it expires (in-cluster: the file is re-read every minute), so a second is safe.
+AUTH_REFRESH = 1.0
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,8 @@ class Kube:
     """
 
     def __init__(self, configuration: k8s_client.Configuration,
-                 user_agent: str = "configmirror", qps: float = 0.0, burst: int = 1) -> None:
+                 user_agent: str = "configmirror", qps: float = 0.0, burst: int = 1,
+                 clock: Clock | None = None) -> None:
         self.configuration = configuration
         self._api_client = k8s_client.ApiClient(configuration)
         self._pool: urllib3.PoolManager = self._api_client.rest_client.pool_manager
@@ -144,6 +151,9 @@ class Kube:
         self._closing = threading.Event()  # wakes requests waiting on the limit or Retry-After
         self._counts: Counter[tuple[str, str, int]] = Counter()
         self._lock = threading.Lock()
+        self._clock: Clock = clock or RealClock()
+        # (when it was read, the credential headers): replaced whole, so no lock is needed.
+        self._auth: tuple[float, dict[str, str]] | None = None
 
     def close(self) -> None:
         self._closing.set()
@@ -238,13 +248,25 @@ class Kube:
         return f"{self._host}{path}?{urlencode({k: v for k, v in query.items() if v is not None})}"
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": self._user_agent}
+        headers = {"Accept": "application/json", "User-Agent": self._user_agent,
+                   **self._credentials()}
         if content_type is not None:
             headers["Content-Type"] = content_type
-        for auth in self.configuration.auth_settings().values():  # refreshes expiring tokens
+        return headers
+
+    def _credentials(self) -> dict[str, str]:
+        """The credential headers, read from the client's configuration at most once per
+        AUTH_REFRESH seconds (reading them refreshes an expiring token)."""
+        now = self._clock.now()
+        cached = self._auth
+        if cached is not None and now - cached[0] < AUTH_REFRESH:
+            return cached[1]
+        headers = {}
+        for auth in self.configuration.auth_settings().values():
             setting = cast(dict[str, str], auth)
             if setting["in"] == "header" and setting["value"]:
                 headers[setting["key"]] = setting["value"]
+        self._auth = (now, headers)
         return headers
 
     def _count(self, verb: str, path: str, status: int) -> None:

@@ -44,3 +44,28 @@ def test_resource_paths() -> None:
     assert CONFIGMAPS.item("a", "b") == "/api/v1/namespaces/a/configmaps/b"
     assert resource_of(CONFIGMAPS.item("a", "b")) == "configmaps"
     assert resource_of("/api/v1/namespaces/a") == "namespaces"
+
+
+def test_credentials_are_read_from_the_configuration_once_per_refresh_period() -> None:
+    from kubernetes import client
+
+    from configmirror.clock import FakeClock
+    from configmirror.kube import AUTH_REFRESH, Kube
+
+    configuration = client.Configuration(host="https://127.0.0.1:1")
+    configuration.api_key = {"BearerToken": "one"}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    refreshes = []
+    configuration.refresh_api_key_hook = refreshes.append
+    clock = FakeClock()
+    kube = Kube(configuration, clock=clock)
+    try:
+        for _ in range(100):
+            assert kube._headers(None)["authorization"] == "Bearer one"
+        assert len(refreshes) == 1, "not once per request: the hook re-reads the environment"
+        configuration.api_key = {"BearerToken": "two"}  # the loader renewed the token
+        clock.step(AUTH_REFRESH)
+        assert kube._headers("application/json")["authorization"] == "Bearer two"
+        assert len(refreshes) == 2
+    finally:
+        kube.close()
