@@ -1,8 +1,13 @@
 """Talking to the API server: client configuration, raw JSON requests, watch streams.
 
-The official client loads kubeconfig/in-cluster credentials and owns the TLS connection pool;
-requests go through that pool with raw JSON bodies (no model objects, which cost about 9x a
-json.loads on large lists). Every request has a timeout, is counted by verb and code, and
+The official client loads kubeconfig/in-cluster credentials and decides the TLS settings and
+the proxy. Requests carry raw JSON bodies (no model objects, which cost about 9x a json.loads
+on large lists). A direct connection (no proxy) sends them over keep-alive HTTP/1.1
+connections of the standard library's http.client, with the TLS settings of the official
+client's pool: that halves the CPU of a request against going through urllib3's layers
+(measured: 1.9 ms -> 0.9 ms per create), and CPU per write is what limits a fan-out on a
+small machine. Watches, and everything through a proxy, use the official client's urllib3
+pool. Every request has a timeout, is counted by verb and code, and
 passes one client-side rate limit shared by the whole process (kube-controller-manager's
 --kube-api-qps/--kube-api-burst). A 429 or 5xx that carries Retry-After (API Priority and
 Fairness) is retried after that long, as client-go does. What a failure means is decided here,
@@ -12,15 +17,19 @@ once (`ApiError.failure`); what to do about it is the caller's policy.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
+import select
+import socket
+import ssl
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, cast
-from urllib.parse import urlencode
+from typing import Any, NamedTuple, cast
+from urllib.parse import urlencode, urlsplit
 
 import urllib3
 from kubernetes import client as k8s_client
@@ -146,6 +155,9 @@ class Kube:
         self._api_client = k8s_client.ApiClient(configuration)
         self._pool: urllib3.PoolManager = self._api_client.rest_client.pool_manager
         self._host = configuration.host.rstrip("/")
+        self._connections: _Connections | None = None
+        if type(self._pool) is urllib3.PoolManager:  # a proxy keeps the official client's way
+            self._connections = _Connections(self._host, self._pool.connection_pool_kw)
         self._user_agent = user_agent
         self._limiter = TokenBucketRateLimiter(qps, max(burst, 1)) if qps > 0 else None
         self._closing = threading.Event()  # wakes requests waiting on the limit or Retry-After
@@ -157,6 +169,8 @@ class Kube:
 
     def close(self) -> None:
         self._closing.set()
+        if self._connections is not None:
+            self._connections.close()
         self._api_client.close()  # type: ignore[no-untyped-call]
 
     # -- requests -----------------------------------------------------------------------------
@@ -170,26 +184,25 @@ class Kube:
         message (which the server writes; it does not echo Secret values).
         """
         method = _METHODS[verb]
-        url = self._url(path, query)
+        target = _target(path, query)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        send = self._connections.request if self._connections is not None else self._urllib3
         for attempt in range(1, RETRY_AFTER_ATTEMPTS + 1):
             self._wait_for_turn()
             try:
-                resp = self._pool.request(
-                    method, url, body=data,
-                    headers=self._headers(content_type if data is not None else None),
-                    timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=timeout),
-                    retries=False, preload_content=True)
-            except urllib3.exceptions.HTTPError as err:
+                resp = send(method, target, data,
+                            self._headers(content_type if data is not None else None), timeout)
+            except (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError) as err:
                 self._count(verb, path, 0)
-                raise ApiError(0, "ConnectionError", str(err), verb, path) from None
+                raise ApiError(0, "ConnectionError", str(err) or type(err).__name__, verb,
+                               path) from None
             self._count(verb, path, resp.status)
             if resp.status < 400:
                 return _decode(resp.data)
             decoded = _decode(resp.data)
             error = ApiError(resp.status, str(decoded.get("reason", resp.reason)),
                              str(decoded.get("message", "")), verb, path,
-                             _retry_after(resp.headers.get("Retry-After")))
+                             _retry_after(resp.retry_after))
             # The server said when to come back (APF's 429, an overloaded 5xx): the request
             # was not processed, so any verb may be sent again.
             if (error.retry_after is None or error.failure is not Failure.UNAVAILABLE
@@ -201,7 +214,7 @@ class Kube:
 
     def watch(self, path: str, query: dict[str, Any], read_timeout: float) -> WatchStream:
         """Open a watch stream; the caller iterates its events and closes it."""
-        url = self._url(path, {**query, "watch": "true"})
+        url = self._host + _target(path, {**query, "watch": "true"})
         self._wait_for_turn()
         try:
             resp = self._pool.request(
@@ -242,10 +255,15 @@ class Kube:
             if delay > 0:
                 self._closing.wait(delay)
 
-    def _url(self, path: str, query: dict[str, Any] | None) -> str:
-        if not query:
-            return self._host + path
-        return f"{self._host}{path}?{urlencode({k: v for k, v in query.items() if v is not None})}"
+    def _urllib3(self, method: str, target: str, data: bytes | None, headers: dict[str, str],
+                 timeout: float) -> _Response:
+        """One request through the official client's pool (used through a proxy)."""
+        resp = self._pool.request(
+            method, self._host + target, body=data, headers=headers,
+            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=timeout),
+            retries=False, preload_content=True)
+        return _Response(resp.status, resp.reason or "", resp.data,
+                         resp.headers.get("Retry-After"))
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": self._user_agent,
@@ -274,6 +292,141 @@ class Kube:
             self._counts[(verb, resource_of(path), status)] += 1
 
 
+class _Response(NamedTuple):
+    status: int
+    reason: str
+    data: bytes
+    retry_after: str | None  # the Retry-After header, if any
+
+
+class _Connections:
+    """Keep-alive HTTP/1.1 connections to one API server, each used by one request at a time.
+
+    The TLS settings are the official client's (the keyword arguments of its urllib3 pool).
+    As in urllib3, an idle connection the server has closed is dropped before reuse, a
+    connection that failed is never reused, and at most `maxsize` idle ones are kept.
+    """
+
+    def __init__(self, host: str, pool_kw: dict[str, Any]) -> None:
+        url = urlsplit(host)
+        self._https = url.scheme == "https"
+        self._host = url.hostname or "localhost"
+        self._port = url.port or (443 if self._https else 80)
+        self._context = _ssl_context(pool_kw) if self._https else None
+        self._server_hostname = pool_kw.get("server_hostname") or self._host
+        self._socket_options = pool_kw.get("socket_options") or \
+            [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+        self._maxsize = int(pool_kw.get("maxsize") or 1)
+        self._idle: list[_Connection] = []  # most recently used last (LIFO: warm sockets)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def request(self, method: str, target: str, data: bytes | None, headers: dict[str, str],
+                timeout: float) -> _Response:
+        conn = self._take()
+        try:
+            if conn.sock is None:
+                conn.connect()
+            if conn.read_timeout != timeout:
+                cast(socket.socket, conn.sock).settimeout(timeout)
+                conn.read_timeout = timeout
+            # http.client sends the headers and a bytes body in one write.
+            conn.request(method, target, body=data, headers=headers)
+            resp = conn.getresponse()
+            body = resp.read()
+        except BaseException:
+            conn.close()
+            raise
+        if resp.will_close:
+            conn.close()
+        else:
+            self._give_back(conn)
+        return _Response(resp.status, resp.reason, body, resp.getheader("Retry-After"))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed, idle, self._idle = True, self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def _take(self) -> _Connection:
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return _Connection(self._host, self._port, self._context,
+                                   self._server_hostname, self._socket_options)
+            if not _dropped(conn):
+                return conn
+            conn.close()
+
+    def _give_back(self, conn: _Connection) -> None:
+        with self._lock:
+            if not self._closed and len(self._idle) < self._maxsize:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+
+class _Connection(http.client.HTTPConnection):
+    """One connection: plain or TLS (verified against `server_hostname`, which may differ
+    from the address connected to, as kubeconfig's tls-server-name asks)."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext | None,
+                 server_hostname: str, socket_options: list[tuple[int, int, int]]) -> None:
+        super().__init__(host, port, timeout=CONNECT_TIMEOUT)
+        self._context = context
+        self._server_hostname = server_hostname
+        self._socket_options = socket_options
+        self.read_timeout: float | None = None  # the timeout set on the socket after connect
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self.host, self.port), self.timeout)
+        try:
+            for option in self._socket_options:
+                sock.setsockopt(*option)
+            if self._context is not None:
+                sock = self._context.wrap_socket(sock, server_hostname=self._server_hostname)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self.read_timeout = self.timeout
+
+
+def _dropped(conn: _Connection) -> bool:
+    """True when an idle connection is unusable: the server closed it (or sent something
+    unasked), which makes its socket readable."""
+    sock = conn.sock
+    if sock is None:
+        return False  # never connected: request() connects it
+    try:
+        if hasattr(select, "poll"):  # no FD_SETSIZE limit (select() has one)
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return bool(poller.poll(0))
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def _ssl_context(pool_kw: dict[str, Any]) -> ssl.SSLContext:
+    """The TLS settings the official client gave its urllib3 pool, as an SSLContext."""
+    cadata = pool_kw.get("ca_cert_data")
+    if isinstance(cadata, bytes):
+        cadata = cadata.decode()
+    context = ssl.create_default_context(cafile=pool_kw.get("ca_certs"), cadata=cadata)
+    if pool_kw.get("cert_file"):
+        context.load_cert_chain(pool_kw["cert_file"], pool_kw.get("key_file"))
+    if pool_kw.get("cert_reqs") == ssl.CERT_NONE:  # verify_ssl: false in the kubeconfig
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif pool_kw.get("assert_hostname") is False:
+        context.check_hostname = False
+    return context
+
+
 class WatchStream:
     """The events of one watch response, one decoded JSON object per line."""
 
@@ -299,6 +452,13 @@ class WatchStream:
             self._response.shutdown()
         self._response.close()
         self._response.release_conn()
+
+
+def _target(path: str, query: dict[str, Any] | None) -> str:
+    """The request target: the path and its query (None values left out)."""
+    if not query:
+        return path
+    return f"{path}?{urlencode({k: v for k, v in query.items() if v is not None})}"
 
 
 _METHODS = {"get": "GET", "list": "GET", "create": "POST", "update": "PUT", "patch": "PATCH",

@@ -1,10 +1,26 @@
-"""What an API failure means is decided in one place: kube.classify."""
+"""What an API failure means is decided in one place: kube.classify. How requests travel:
+credentials read once a second, keep-alive connections reused until the server closes them."""
 
 from __future__ import annotations
 
-import pytest
+import http.server
+import socket
+import threading
+from collections.abc import Iterator
 
-from configmirror.kube import CONFIGMAPS, ApiError, Failure, classify, resource_of
+import pytest
+from kubernetes import client
+
+from configmirror.clock import FakeClock
+from configmirror.kube import (
+    AUTH_REFRESH,
+    CONFIGMAPS,
+    ApiError,
+    Failure,
+    Kube,
+    classify,
+    resource_of,
+)
 
 
 @pytest.mark.parametrize(("status", "failure"), [
@@ -47,11 +63,6 @@ def test_resource_paths() -> None:
 
 
 def test_credentials_are_read_from_the_configuration_once_per_refresh_period() -> None:
-    from kubernetes import client
-
-    from configmirror.clock import FakeClock
-    from configmirror.kube import AUTH_REFRESH, Kube
-
     configuration = client.Configuration(host="https://127.0.0.1:1")
     configuration.api_key = {"BearerToken": "one"}
     configuration.api_key_prefix = {"BearerToken": "Bearer"}
@@ -69,3 +80,94 @@ def test_credentials_are_read_from_the_configuration_once_per_refresh_period() -
         assert len(refreshes) == 2
     finally:
         kube.close()
+
+
+class Server:
+    """A local plain-HTTP/1.1 server answering every POST with `{}`; records the client port
+    of each request (one port per connection)."""
+
+    def __init__(self) -> None:
+        self.ports: list[int] = []
+        self.hang_up_next = False  # close the connection after the next answer, unannounced
+        self.hung_up = threading.Event()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.ports.append(self.client_address[1])
+                self.send_response(201)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+                if outer.hang_up_next:
+                    outer.hang_up_next = False
+                    self.close_connection = True
+
+            def finish(self) -> None:
+                super().finish()
+                if self.close_connection:
+                    outer.hung_up.set()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05})
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    running = Server()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def kube(server: Server) -> Iterator[Kube]:
+    kube = Kube(client.Configuration(host=server.url))
+    yield kube
+    kube.close()
+
+
+def create(kube: Kube) -> object:
+    return kube.request("create", CONFIGMAPS.collection("a"), body={"data": {}})
+
+
+def test_requests_in_turn_reuse_one_keep_alive_connection(server: Server, kube: Kube) -> None:
+    for _ in range(5):
+        assert create(kube) == {}
+    assert len(server.ports) == 5 and len(set(server.ports)) == 1
+
+
+def test_an_idle_connection_the_server_closed_is_replaced_before_use(
+        server: Server, kube: Kube) -> None:
+    server.hang_up_next = True
+    create(kube)
+    assert server.hung_up.wait(5), "the server closes the connection"
+    assert create(kube) == {}, "the next request goes out on a new connection"
+    assert len(set(server.ports)) == 2
+
+
+def test_no_answer_is_an_api_error_with_status_0() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kube = Kube(client.Configuration(host=f"http://127.0.0.1:{port}"))
+    try:
+        with pytest.raises(ApiError) as raised:
+            create(kube)
+    finally:
+        kube.close()
+    assert raised.value.status == 0 and raised.value.failure is Failure.UNAVAILABLE
