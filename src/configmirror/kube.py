@@ -302,18 +302,20 @@ class _Response(NamedTuple):
 class _Connections:
     """Keep-alive HTTP/1.1 connections to one API server, each used by one request at a time.
 
-    The TLS settings are the official client's (the keyword arguments of its urllib3 pool).
-    As in urllib3, an idle connection the server has closed is dropped before reuse, a
-    connection that failed is never reused, and at most `maxsize` idle ones are kept.
+    A request is written in one piece (its head and body in one send); the response is read
+    by the standard library's http.client.HTTPResponse, as http.client itself does. The TLS
+    settings are the official client's (the keyword arguments of its urllib3 pool). As in
+    urllib3, an idle connection the server has closed is dropped before reuse, a connection
+    that failed is never reused, and at most `maxsize` idle ones are kept.
     """
 
     def __init__(self, host: str, pool_kw: dict[str, Any]) -> None:
         url = urlsplit(host)
-        self._https = url.scheme == "https"
-        self._host = url.hostname or "localhost"
-        self._port = url.port or (443 if self._https else 80)
-        self._context = _ssl_context(pool_kw) if self._https else None
-        self._server_hostname = pool_kw.get("server_hostname") or self._host
+        https = url.scheme == "https"
+        self._address = (url.hostname or "localhost", url.port or (443 if https else 80))
+        self._host_header = url.netloc.rpartition("@")[2]
+        self._context = _ssl_context(pool_kw) if https else None
+        self._server_hostname = pool_kw.get("server_hostname") or self._address[0]
         self._socket_options = pool_kw.get("socket_options") or \
             [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
         self._maxsize = int(pool_kw.get("maxsize") or 1)
@@ -325,14 +327,12 @@ class _Connections:
                 timeout: float) -> _Response:
         conn = self._take()
         try:
-            if conn.sock is None:
-                conn.connect()
             if conn.read_timeout != timeout:
-                cast(socket.socket, conn.sock).settimeout(timeout)
+                conn.sock.settimeout(timeout)
                 conn.read_timeout = timeout
-            # http.client sends the headers and a bytes body in one write.
-            conn.request(method, target, body=data, headers=headers)
-            resp = conn.getresponse()
+            conn.sock.sendall(self._head(method, target, headers, data) + (data or b""))
+            resp = http.client.HTTPResponse(conn.sock, method=method)
+            resp.begin()
             body = resp.read()
         except BaseException:
             conn.close()
@@ -349,16 +349,37 @@ class _Connections:
         for conn in idle:
             conn.close()
 
+    def _head(self, method: str, target: str, headers: dict[str, str],
+              data: bytes | None) -> bytes:
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        if data is not None:
+            lines.append(f"Content-Length: {len(data)}")
+        if any("\n" in line or "\r" in line for line in lines):  # no header smuggled in
+            raise ValueError(f"{method} {target}: a line break in the request head")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
     def _take(self) -> _Connection:
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return _Connection(self._host, self._port, self._context,
-                                   self._server_hostname, self._socket_options)
-            if not _dropped(conn):
+                return self._connect()
+            if not conn.dropped():
                 return conn
             conn.close()
+
+    def _connect(self) -> _Connection:
+        sock = socket.create_connection(self._address, CONNECT_TIMEOUT)
+        try:
+            for option in self._socket_options:
+                sock.setsockopt(*option)
+            if self._context is not None:
+                sock = self._context.wrap_socket(sock, server_hostname=self._server_hostname)
+        except BaseException:
+            sock.close()
+            raise
+        return _Connection(sock, CONNECT_TIMEOUT)
 
     def _give_back(self, conn: _Connection) -> None:
         with self._lock:
@@ -368,47 +389,29 @@ class _Connections:
         conn.close()
 
 
-class _Connection(http.client.HTTPConnection):
-    """One connection: plain or TLS (verified against `server_hostname`, which may differ
-    from the address connected to, as kubeconfig's tls-server-name asks)."""
+@dataclass
+class _Connection:
+    """One connected socket (plain, or TLS verified against the server name the official
+    client chose, which may differ from the address connected to: tls-server-name)."""
 
-    def __init__(self, host: str, port: int, context: ssl.SSLContext | None,
-                 server_hostname: str, socket_options: list[tuple[int, int, int]]) -> None:
-        super().__init__(host, port, timeout=CONNECT_TIMEOUT)
-        self._context = context
-        self._server_hostname = server_hostname
-        self._socket_options = socket_options
-        self.read_timeout: float | None = None  # the timeout set on the socket after connect
+    sock: socket.socket
+    read_timeout: float  # the timeout now set on the socket
 
-    def connect(self) -> None:
-        sock = socket.create_connection((self.host, self.port), self.timeout)
+    def dropped(self) -> bool:
+        """True when the idle connection is unusable: the server closed it (or sent
+        something unasked), which makes the socket readable."""
         try:
-            for option in self._socket_options:
-                sock.setsockopt(*option)
-            if self._context is not None:
-                sock = self._context.wrap_socket(sock, server_hostname=self._server_hostname)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
-        self.read_timeout = self.timeout
+            if hasattr(select, "poll"):  # no FD_SETSIZE limit (select() has one)
+                poller = select.poll()
+                poller.register(self.sock, select.POLLIN)
+                return bool(poller.poll(0))
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
 
-
-def _dropped(conn: _Connection) -> bool:
-    """True when an idle connection is unusable: the server closed it (or sent something
-    unasked), which makes its socket readable."""
-    sock = conn.sock
-    if sock is None:
-        return False  # never connected: request() connects it
-    try:
-        if hasattr(select, "poll"):  # no FD_SETSIZE limit (select() has one)
-            poller = select.poll()
-            poller.register(sock, select.POLLIN)
-            return bool(poller.poll(0))
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
+    def close(self) -> None:
+        self.sock.close()
 
 
 def _ssl_context(pool_kw: dict[str, Any]) -> ssl.SSLContext:

@@ -171,3 +171,9 @@ def test_no_answer_is_an_api_error_with_status_0() -> None:
     finally:
         kube.close()
     assert raised.value.status == 0 and raised.value.failure is Failure.UNAVAILABLE
+
+
+def test_a_line_break_never_reaches_the_request_head(server: Server, kube: Kube) -> None:
+    with pytest.raises(ValueError, match="line break"):
+        kube.request("create", "/api/v1/namespaces/a/configmaps\r\nX-Evil: 1", body={})
+    assert server.ports == [], "nothing was sent"
