@@ -92,7 +92,15 @@ class Controller(Generic[K]):
         self._backoff = server_backoff or ServerBackoff()
         self._outage_since: float | None = None
         self._metrics.max_concurrent_reconciles.labels(name).set(workers)
-        self._metrics.active_workers.labels(name).set(0)
+        # The labelled series every reconcile touches, looked up once (labels() costs more
+        # than the increment) and present from the start, as controller-runtime has them.
+        self._active = self._metrics.active_workers.labels(name)
+        self._active.set(0)
+        self._reconcile_time = self._metrics.reconcile_time.labels(name)
+        self._outcomes = {result: self._metrics.reconcile_total.labels(name, result)
+                          for result in ("success", "error", "requeue_after")}
+        self._changes = {str(i): self._metrics.worker_changes.labels(name, str(i))
+                         for i in range(workers)}
 
     def start(self) -> None:
         """Start the worker threads (once)."""
@@ -157,18 +165,17 @@ class Controller(Generic[K]):
             self._process(key, worker)
 
     def _process(self, key: K, worker: str) -> None:
-        active = self._metrics.active_workers.labels(self.name)
-        active.inc()
+        self._active.inc()
         started = time.monotonic()
         try:
             self._handle(key, worker)
         finally:
-            self._metrics.reconcile_time.labels(self.name).observe(time.monotonic() - started)
-            active.dec()
+            self._reconcile_time.observe(time.monotonic() - started)
+            self._active.dec()
             self.queue.done(key)
 
     def _handle(self, key: K, worker: str) -> None:
-        counted = self._metrics.reconcile_total
+        counted = self._outcomes
         with self._lock:
             self._waiting.discard(key)  # it is being tried now; a failure puts it back
             probing = key == self._probe
@@ -176,19 +183,19 @@ class Controller(Generic[K]):
             result = self._reconcile(key)
         except ServerUnavailable as err:
             self._metrics.reconcile_errors.labels(self.name).inc()
-            counted.labels(self.name, "error").inc()
+            counted["error"].inc()
             self._wait_for_server(key, err)
             return
         except Exception as err:
             self._metrics.reconcile_errors.labels(self.name).inc()
-            counted.labels(self.name, "error").inc()
+            counted["error"].inc()
             if isinstance(err, ReconcileError):
                 self.server_answered()  # these come from an answer, or from the cache
             self._failed(key, err)
             return
         self.queue.forget(key)
         if result.changed:
-            self._metrics.worker_changes.labels(self.name, worker).inc()
+            self._changes[worker].inc()
         if result.changed or probing:
             # A write got through, or the probe found nothing left to write: either way the
             # keys that waited have no reason to wait longer.
@@ -196,10 +203,10 @@ class Controller(Generic[K]):
         for follow_up in result.follow_up:
             self.queue.add(follow_up)  # type: ignore[arg-type]
         if result.requeue_after is not None and result.requeue_after > 0:
-            counted.labels(self.name, "requeue_after").inc()
+            counted["requeue_after"].inc()
             self.queue.add_after(key, result.requeue_after)
         else:
-            counted.labels(self.name, "success").inc()
+            counted["success"].inc()
 
     def _failed(self, key: K, err: Exception) -> None:
         if isinstance(err, TerminalError):
