@@ -2,14 +2,14 @@
 
     python bench/bench_churn.py [--sources 50] [--edits 20] [--namespaces 10] [--workers 4]
 
-Each source is edited `--edits` times by 8 threads at full speed. Prints reconciles per
-source and writes per replica against the naive count (one per event), once every replica
-holds the final edit.
+Each source is edited `--edits` times by 8 threads at full speed (the operator runs with
+--kube-api-qps 0). Prints reconciles per source and writes per replica against the naive
+count (one per event), once every replica holds the final edit.
 """
 
 from __future__ import annotations
 
-from harness import Session, common_args, parallel, wait
+from harness import Session, common_args, load_average, parallel, wait
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
         operator = session.operator(args.workers)
         wait(lambda: watcher.live() == replicas, 120, "the first replicas")
         session.idle(operator)
-        reconciles_before = operator.metric("controller_runtime_reconcile_total")
+        reconciles_before = operator.metric("configmirror_reconciles_total", role="source")
         writes_before = operator.metric("configmirror_replica_writes_total")
 
         edits = [(name, i) for i in range(1, args.edits + 1) for name in names]
@@ -40,12 +40,14 @@ def main() -> None:
         wait(lambda: sum(1 for v, _ in watcher.versions.values() if v == last) == replicas,
              300, "every replica to hold the last edit")
         session.idle(operator)
-        reconciles = operator.metric("controller_runtime_reconcile_total") - reconciles_before
+        reconciles = operator.metric("configmirror_reconciles_total", role="source") - \
+            reconciles_before
         writes = operator.metric("configmirror_replica_writes_total") - writes_before
         naive_writes = len(edits) * len(targets)
         print(f"churn: {args.sources} sources x {args.edits} edits in {seconds:.2f} s "
-              f"({len(edits) / seconds:.0f} edits/s), {len(targets)} replicas each")
-        print(f"  reconciles per source: {reconciles / args.sources:.1f} "
+              f"({len(edits) / seconds:.0f} edits/s), {len(targets)} replicas each; operator "
+              f"--workers {args.workers} --kube-api-qps 0; {load_average()}")
+        print(f"  source reconciles (plans) per source: {reconciles / args.sources:.1f} "
               f"(naive: {args.edits}, one per event)")
         print(f"  writes per replica:    {writes / replicas:.1f} (naive: {args.edits}); "
               f"{writes:.0f} writes instead of {naive_writes} "

@@ -74,7 +74,8 @@ def main() -> None:
         ours, wall = operator_run(session, operator, args.workers, total, since,
                                   operator.cpu_seconds())
         own_writes = operator.writes()
-        audited = writes(cluster.audit("configmirror/"))
+        requests = cluster.audit("configmirror/")
+        audited = writes(requests)
         curve = watcher.curve(since)
 
         # 3. Restart with nothing changed: zero writes, one LIST per informer.
@@ -114,6 +115,7 @@ def main() -> None:
                           for label, runs in baselines.runs.items()},
             "configmirror": run_json(ours), "configmirror_wall_seconds": wall,
             "writes": own_writes, "audited_writes": audited,
+            "configmirror_requests": sum((requests or {}).values()),
             "restart_writes": restart_writes, "restart_relists": relists,
             "restart_list_requests": lists,
             "configmirror_curve": curve[::max(1, len(curve) // 400)],

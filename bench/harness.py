@@ -109,16 +109,23 @@ class BenchCluster:
         return Counter((r.verb, r.resource) for r in records
                        if r.user_agent.startswith(user_agent) and r.received >= since)
 
-    def window(self, user_agent: str, verb: str, since: float,
+    def window(self, user_agent: str, verb: str, since: float, expect: int = 1,
                resource: str = "configmaps") -> tuple[int, float] | None:
         """(requests, seconds from the first one received to the last one answered) of
         `verb` on `resource` by `user_agent`, since `since`: the API server's own clock, the
-        same for every writer. None on an external cluster or when there were none."""
-        records = [r for r in self._audit_records() or ()
-                   if r.user_agent.startswith(user_agent) and r.verb == verb
-                   and r.resource == resource and r.received >= since]
-        if not records:
+        same for every writer. Waits (up to 60 s) until the audit log holds `expect` of
+        them: it is written a moment after the answers. None on an external cluster."""
+        if self.plane is None:
             return None
+
+        def found() -> list[AuditRecord] | None:
+            records = [r for r in self._audit_records() or ()
+                       if r.user_agent.startswith(user_agent) and r.verb == verb
+                       and r.resource == resource and r.received >= since]
+            return records if len(records) >= expect else None
+
+        records = wait_for(found, 60, f"{expect} {verb} requests by {user_agent} in the "
+                           f"audit log", interval=0.2)
         first = min(r.received for r in records)
         last = max(r.completed for r in records)
         return len(records), last - first
@@ -192,6 +199,8 @@ class ReplicaWatcher:
         self.added: list[float] = []  # time of every ADDED
         self.versions: dict[str, tuple[str, float]] = {}  # key -> (data "v", time seen)
         self.seen_at: dict[tuple[str, str], float] = {}   # (key, v) -> first time seen
+        self.holding: Counter[str] = Counter()  # v -> replicas seen holding it (each once)
+        self.last_reached: dict[str, float] = {}  # v -> when the latest replica first held it
         self._live: set[str] = set()
         self._stop = threading.Event()
         body = kube.request("list", "/api/v1/configmaps", {"labelSelector": REPLICA_SELECTOR})
@@ -230,7 +239,10 @@ class ReplicaWatcher:
             self._live.add(key)
             version = (obj.get("data") or {}).get("v", "")
             self.versions[key] = (version, now)
-            self.seen_at.setdefault((key, version), now)
+            if (key, version) not in self.seen_at:
+                self.seen_at[(key, version)] = now
+                self.holding[version] += 1
+                self.last_reached[version] = now
 
     def live(self) -> int:
         with self._lock:
@@ -426,11 +438,7 @@ class Baselines:
         self._bodies = bodies
         self._concurrency = concurrency
         self._binary = gowriter_binary()
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        self._file = RESULTS / f"bodies-{label}.jsonl"
-        with open(self._file, "w") as f:
-            for body in bodies:
-                f.write(json.dumps(body, separators=(",", ":")) + "\n")
+        self._file = bodies_file(label, bodies)
         self.runs: dict[str, list[Run]] = {}
 
     @property
@@ -472,7 +480,7 @@ class Baselines:
         if result["errors"]:
             sys.exit(f"bench: the Go writer had {result['errors']} errors; the first: "
                      f"{result.get('first_error')}")
-        window = cluster.window("gowriter", verb, mark)
+        window = cluster.window("gowriter", verb, mark, int(result["writes"]))
         return Run("go", concurrency, int(result["writes"]),
                    window[1] if window else float(result["seconds"]),
                    float(result["cpu_seconds"]), float(result["seconds"]))
@@ -492,9 +500,12 @@ class Baselines:
             cpu = time.process_time() - cpu
         finally:
             kube.close()
-        window = cluster.window(BARE_CLIENT, "create", mark)
+        window = cluster.window(BARE_CLIENT, "create", mark, len(self._bodies))
         return Run("python", threads, len(self._bodies), window[1] if window else elapsed,
                    cpu, elapsed)
+
+    def record(self, label: str, run: Run) -> None:
+        self._record(label, run)
 
     def clear(self) -> None:
         """Delete every body's object (the Go writer at 32) and wait for the watch to agree."""
@@ -506,17 +517,27 @@ class Baselines:
         self.runs.setdefault(label, []).append(run)
 
 
+def bodies_file(label: str, bodies: Iterable[dict[str, Any]]) -> Path:
+    """The bodies as the Go writer reads them: one JSON object per line."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"bodies-{label}.jsonl"
+    with open(path, "w") as f:
+        for body in bodies:
+            f.write(json.dumps(body, separators=(",", ":")) + "\n")
+    return path
+
+
 def operator_run(session: Session, operator: OperatorProcess, workers: int, total: int,
                  since: float, cpu_before: float, timeout: float = 900) -> tuple[Run, float]:
     """Wait until `total` replicas exist, then until the operator is idle; its Run (audit
     window of its creates, CPU from `cpu_before` to idle) and the wall seconds from `since`."""
     watcher = session.watcher
+    mark = time.time() - (time.monotonic() - since) - 1  # `since` on the audit log's clock
     wait(lambda: watcher.live() >= total, timeout, "configmirror's replicas")
     wall = time.monotonic() - since
     session.idle(operator, 300)
     cpu = operator.cpu_seconds() - cpu_before
-    mark = time.time() - wall - 1
-    window = session.cluster.window("configmirror/", "create", mark)
+    window = session.cluster.window("configmirror/", "create", mark, total)
     curve = watcher.curve(since)
     span = curve[-1][0] - curve[0][0] if len(curve) > 1 else wall
     return Run("configmirror", workers, window[0] if window else total,

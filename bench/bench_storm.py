@@ -1,0 +1,109 @@
+"""Namespace storm: many namespaces created at once, every source selecting all of them.
+
+    python bench/bench_storm.py [--namespaces 1000] [--sources 5] [--workers 4]
+
+The operator runs (--kube-api-qps 0) and is idle, with S sources that select every namespace
+named storm-*; then N such namespaces are created at once (16 threads). Prints the time from
+the first namespace created to the last of the S*N replicas, and the operator's write rate
+against the Go writer's and the Python bare client's on the same S*N bodies, measured right
+after the operator on the same server (the namespaces only exist from the storm on).
+Then the exact write counts and a restart with nothing changed (goal: 0 writes).
+"""
+
+from __future__ import annotations
+
+import time
+
+from harness import (
+    Baselines,
+    Session,
+    baseline_rows,
+    common_args,
+    load_average,
+    machine,
+    operator_run,
+    parallel,
+    ratio_lines,
+    replica_body,
+    run_json,
+    run_table,
+    save,
+    wait,
+    writes,
+)
+
+SOURCE_NS = "storm-sources"
+
+
+def main() -> None:
+    parser = common_args(__doc__.splitlines()[0])
+    parser.add_argument("--namespaces", type=int, default=1000)
+    parser.add_argument("--sources", type=int, default=5)
+    args = parser.parse_args()
+    total = args.sources * args.namespaces
+    load_before = load_average()
+    with Session(args.kubeconfig) as session:
+        cluster = session.cluster
+        session.watcher  # noqa: B018 - watch replicas from before the first one exists
+        cluster.kube.request("create", "/api/v1/namespaces",
+                             body={"metadata": {"name": SOURCE_NS}})
+        names = cluster.create_sources(SOURCE_NS, args.sources, "storm-*")
+        print(f"storm: {args.namespaces} namespaces created at once, {args.sources} sources "
+              f"selecting all = {total} replicas; operator --workers {args.workers} "
+              f"--kube-api-qps 0; {machine()}")
+        print(f"  at the start: {load_before}")
+        operator = session.operator(args.workers)
+        operator.wait_ready(120)
+        session.idle(operator)
+        cpu = operator.cpu_seconds()
+
+        # The storm: every namespace at once, while the operator watches.
+        storm = [f"storm-{i:04d}" for i in range(args.namespaces)]
+        since = time.monotonic()
+        creating = parallel(lambda name: cluster.kube.request(
+            "create", "/api/v1/namespaces", body={"metadata": {"name": name}}), storm, 16)
+        ours, wall = operator_run(session, operator, args.workers, total, since, cpu)
+        own_writes = operator.writes()
+        audited = writes(cluster.audit("configmirror/"))
+        assert operator.stop() == 0
+
+        mark = time.time()
+        restarted = session.operator(args.workers)
+        wait(lambda: restarted.metric("configmirror_reconciles_total", role="source")
+             >= args.sources, 300, "the restarted operator to reconcile every source")
+        session.idle(restarted, 300)
+        restart_writes = restarted.writes()
+        after = cluster.audit("configmirror/", since=mark)
+        assert restarted.stop() == 0
+
+        # The baselines, on the same bodies, right after (the operator stopped: it would
+        # repair what they delete).
+        bodies = [replica_body(SOURCE_NS, name, ns) for name in names for ns in storm]
+        baselines = Baselines(session, bodies, args.workers, f"storm-{total}")
+        baselines.clear()
+        baselines.measure()
+
+        print(f"  at the end:   {load_average()}")
+        print(f"  the storm: {args.namespaces} namespaces created in {creating:.2f} s; the "
+              f"last of {total} replicas {wall:.2f} s after the first namespace")
+        print(*run_table([*baseline_rows(baselines),
+                          (f"configmirror, {args.workers} workers", ours)]), sep="\n")
+        print("  (baselines: one run each, right after the operator, on the same bodies; "
+              "configmirror: its creates, first to last, during the storm)")
+        print(*ratio_lines(ours, baselines), sep="\n")
+        print(f"  configmirror writes: {own_writes:.0f} by its counter, {audited} by the "
+              f"apiserver's audit log (goal: exactly {total})")
+        print(f"  restart, nothing changed: {restart_writes:.0f} writes "
+              f"(audit: {writes(after)}) (goal: 0)")
+        save(f"storm-{args.sources}x{args.namespaces}", {
+            "sources": args.sources, "namespaces": args.namespaces, "workers": args.workers,
+            "load_before": load_before, "load_after": load_average(),
+            "namespace_seconds": creating, "storm_seconds": wall,
+            "baselines": {label: [run_json(r) for r in runs]
+                          for label, runs in baselines.runs.items()},
+            "configmirror": run_json(ours), "writes": own_writes, "audited_writes": audited,
+            "restart_writes": restart_writes, "machine": machine()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The figure of docs/benchmarks.md, from the results the benchmark scripts saved.
+
+    python bench/plot.py
+
+Left: write rates per shape (bench_convergence.py, bench_storm.py): the Go writer at its
+best and at the operator's concurrency, the Python bare client, configmirror (and kopf where
+bench_kopf.py ran). Right: configmirror and the Go writer at each worker count
+(bench_workers.py). Writes docs/convergence.png.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness import REPO, RESULTS, load
+
+
+def shapes() -> list[tuple[str, dict[str, Any]]]:
+    found = []
+    for path in sorted(RESULTS.glob("convergence-*.json")) + sorted(RESULTS.glob("storm-*.json")):
+        result = load(path.stem)
+        if result is None:
+            continue
+        kind = "storm" if path.stem.startswith("storm") else "convergence"
+        label = (f"storm: {result['namespaces']:,} new ns\nx {result['sources']} sources"
+                 if kind == "storm" else f"{result['sources']} x {result['namespaces']:,}")
+        kopf = load(f"kopf-{result['sources']}x{result['namespaces']}") if kind != "storm" \
+            else None
+        found.append((label, {**result, "kopf": kopf}))
+    order = {"1 x": 0, "200": 1, "20 ": 2, "sto": 3}
+    return sorted(found, key=lambda item: order.get(item[0][:3], 9))
+
+
+def mean_rate(runs: list[dict[str, Any]]) -> float:
+    seconds = sum(r["seconds"] for r in runs) / len(runs)
+    return float(runs[0]["writes"] / seconds)
+
+
+def main() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), dpi=100,
+                                      gridspec_kw={"width_ratios": [3, 2]})
+    found = shapes()
+    series = [("Go client-go, 32 goroutines", "go@32"), ("Go client-go, same concurrency", "go@"),
+              ("Python bare client", "python@"), ("configmirror", "configmirror"),
+              ("kopf", "kopf")]
+    width = 0.16
+    for i, (label, key) in enumerate(series):
+        xs, ys = [], []
+        for x, (_, result) in enumerate(found):
+            workers = result["workers"]
+            if key == "configmirror":
+                rate = result["configmirror"]["rate"]
+            elif key == "kopf":
+                if not result.get("kopf"):
+                    continue
+                rate = result["kopf"]["rate"]
+            else:
+                name = key if key == "go@32" else f"{key}{workers}"
+                runs = result["baselines"].get(name)
+                if not runs:
+                    continue
+                rate = mean_rate(runs)
+            xs.append(x + (i - 2) * width)
+            ys.append(rate)
+        if xs:
+            left.bar(xs, ys, width, label=label)
+    left.set_xticks(range(len(found)), [label for label, _ in found])
+    left.set_ylabel("replica writes per second")
+    workers = sorted({result["workers"] for _, result in found})
+    left.set_title(f"Write rate by shape (configmirror --workers "
+                   f"{','.join(map(str, workers))} --kube-api-qps 0)")
+    left.legend(fontsize=8)
+    left.grid(axis="y", alpha=0.3)
+
+    sweeps = sorted(RESULTS.glob("workers-1x*.json"))
+    sweep = load("workers-1x5000") or (load(sweeps[-1].stem) if sweeps else None)
+    if sweep:
+        rows = sweep["rows"]
+        workers = [r["workers"] for r in rows]
+        right.plot(workers, [r["go_rate"] for r in rows], "o-", label="Go writer, W goroutines")
+        right.plot(workers, [r["rate"] for r in rows], "o-", label="configmirror, W workers")
+        right.axhline(sweep["best"], color="grey", linewidth=0.8,
+                      label="Go writer, 32 goroutines (start and end)")
+        right.set_xscale("log", base=2)
+        right.set_xticks(workers, [str(w) for w in workers])
+        right.set_xlabel("W (goroutines / workers)")
+        right.set_ylabel("replica writes per second")
+        right.set_title(f"1 source x {sweep['namespaces']:,} namespaces, by worker count")
+        right.legend(fontsize=8)
+        right.grid(alpha=0.3)
+    out = REPO / "docs" / "convergence.png"
+    fig.tight_layout()
+    fig.savefig(out)
+    print(f"plot: {out.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
