@@ -19,6 +19,7 @@ from harness import (
     Session,
     baseline_rows,
     common_args,
+    cpu_snapshot,
     load_average,
     machine,
     operator_run,
@@ -55,14 +56,14 @@ def main() -> None:
         operator = session.operator(args.workers)
         operator.wait_ready(120)
         session.idle(operator)
-        cpu = operator.cpu_seconds()
+        before = cpu_snapshot(session, operator)
 
         # The storm: every namespace at once, while the operator watches.
         storm = [f"storm-{i:04d}" for i in range(args.namespaces)]
         since = time.monotonic()
         creating = parallel(lambda name: cluster.kube.request(
             "create", "/api/v1/namespaces", body={"metadata": {"name": name}}), storm, 16)
-        ours, wall = operator_run(session, operator, args.workers, total, since, cpu)
+        ours, wall = operator_run(session, operator, args.workers, total, since, before)
         own_writes = operator.writes()
         audited = writes(cluster.audit("configmirror/"))
         assert operator.stop() == 0

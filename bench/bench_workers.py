@@ -60,8 +60,7 @@ def main() -> None:
             since = time.monotonic()
             operator = session.operator(workers)
             operator.wait_ready(120)
-            ours, _ = operator_run(session, operator, workers, total, since,
-                                   operator.cpu_seconds())
+            ours, _ = operator_run(session, operator, workers, total, since)
             assert operator.writes() == total, operator.writes()
             assert operator.stop() == 0
             baselines.clear()
@@ -76,19 +75,24 @@ def main() -> None:
         print(f"  Go writer at {BEST_CONCURRENCY} goroutines (its best): {best.rate:.0f} writes/s, "
               f"{best.cpu_per_1000:.2f} CPU s / 1000 writes (mean of the start and the end)")
         print(f"  {'W':>3} {'Go@W /s':>8} {'ours /s':>8} {'ours/Go@W':>10} {'ours/best':>10} "
-              f"{'ours CPU':>9} {'Go CPU':>7}   (CPU: s per 1000 writes)")
+              f"{'CPU: ours':>10} {'Go':>5} {'server(ours)':>13} {'server(Go)':>11}"
+              f"   (CPU: s per 1000 writes)")
         for workers, ours, _ in rows:
             same = baselines.mean(f"go@{workers}")
             print(f"  {workers:3d} {same.rate:8.0f} {ours.rate:8.0f} {ours.rate / same.rate:10.2f} "
-                  f"{ours.rate / best.rate:10.2f} {ours.cpu_per_1000 or 0:9.2f} "
-                  f"{same.cpu_per_1000 or 0:7.2f}")
+                  f"{ours.rate / best.rate:10.2f} {ours.cpu_per_1000 or 0:10.2f} "
+                  f"{same.cpu_per_1000 or 0:5.2f} {ours.server_cpu_per_1000 or 0:13.2f} "
+                  f"{same.server_cpu_per_1000 or 0:11.2f}")
         save(f"workers-{args.sources}x{args.namespaces}", {
             "sources": args.sources, "namespaces": args.namespaces,
             "load_before": load_before, "load_after": load_average(),
             "best": best.rate, "rows": [
                 {"workers": w, "rate": r.rate, "cpu_per_1000": r.cpu_per_1000,
+                 "server_cpu_per_1000": r.server_cpu_per_1000,
                  "go_rate": baselines.mean(f"go@{w}").rate,
-                 "go_cpu_per_1000": baselines.mean(f"go@{w}").cpu_per_1000, "load": load}
+                 "go_cpu_per_1000": baselines.mean(f"go@{w}").cpu_per_1000,
+                 "go_server_cpu_per_1000": baselines.mean(f"go@{w}").server_cpu_per_1000,
+                 "load": load}
                 for w, r, load in rows],
             "machine": machine()})
 

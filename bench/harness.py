@@ -130,6 +130,12 @@ class BenchCluster:
         last = max(r.completed for r in records)
         return len(records), last - first
 
+    def server_cpu(self) -> float | None:
+        """CPU seconds kube-apiserver and etcd have used so far (None: an external cluster)."""
+        if self.plane is None:
+            return None
+        return sum(cpu_of(pid) for pid in self.plane.pids)
+
     def _audit_records(self) -> list[AuditRecord] | None:
         if self.plane is None:
             return None
@@ -304,6 +310,12 @@ class Session:
         operator.wait_idle(timeout)
 
 
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_of(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -401,6 +413,7 @@ class Run:
     seconds: float             # first request received to last answered (audit), else own clock
     cpu_seconds: float | None  # the writer's own CPU over the pass (None: not measured)
     own_seconds: float | None = None  # the writer's own clock, first request to last response
+    server_cpu: float | None = None   # kube-apiserver's and etcd's CPU over the pass
 
     @property
     def rate(self) -> float:
@@ -412,15 +425,23 @@ class Run:
             return None
         return self.cpu_seconds / self.writes * 1000
 
+    @property
+    def server_cpu_per_1000(self) -> float | None:
+        if self.server_cpu is None or not self.writes:
+            return None
+        return self.server_cpu / self.writes * 1000
+
 
 def mean_run(runs: Sequence[Run]) -> Run:
     """The runs of one writer (before and after the operator) as one: their mean seconds."""
     first = runs[0]
-    cpu = [r.cpu_seconds for r in runs if r.cpu_seconds is not None]
-    own = [r.own_seconds for r in runs if r.own_seconds is not None]
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
     return Run(first.writer, first.concurrency, first.writes,
-               sum(r.seconds for r in runs) / len(runs),
-               sum(cpu) / len(cpu) if cpu else None, sum(own) / len(own) if own else None)
+               sum(r.seconds for r in runs) / len(runs), mean([r.cpu_seconds for r in runs]),
+               mean([r.own_seconds for r in runs]), mean([r.server_cpu for r in runs]))
 
 
 class Baselines:
@@ -469,7 +490,7 @@ class Baselines:
 
     def go(self, verb: str, concurrency: int, bodies: Path | None = None) -> Run:
         cluster = self._session.cluster
-        mark = time.time()
+        mark, server = time.time(), cluster.server_cpu()
         done = subprocess.run(
             [str(self._binary), "-kubeconfig", cluster.kubeconfig, "-bodies",
              str(bodies or self._file), "-concurrency", str(concurrency), "-verb", verb],
@@ -480,10 +501,11 @@ class Baselines:
         if result["errors"]:
             sys.exit(f"bench: the Go writer had {result['errors']} errors; the first: "
                      f"{result.get('first_error')}")
+        server = _delta(cluster.server_cpu(), server)
         window = cluster.window("gowriter", verb, mark, int(result["writes"]))
         return Run("go", concurrency, int(result["writes"]),
                    window[1] if window else float(result["seconds"]),
-                   float(result["cpu_seconds"]), float(result["seconds"]))
+                   float(result["cpu_seconds"]), float(result["seconds"]), server)
 
     def python(self, threads: int) -> Run:
         """The Python bare client: the same bodies, the same connection pool as the operator's
@@ -492,17 +514,18 @@ class Baselines:
         kube = Kube(load_configuration(cluster.kubeconfig, pool_size=threads),
                     user_agent=BARE_CLIENT)
         try:
-            mark = time.time()
+            mark, server = time.time(), cluster.server_cpu()
             cpu = time.process_time()  # this process: the watcher's thread adds a little
             elapsed = parallel(lambda b: kube.request(
                 "create", f"/api/v1/namespaces/{b['metadata']['namespace']}/configmaps",
                 body=b), self._bodies, threads)
             cpu = time.process_time() - cpu
+            server = _delta(cluster.server_cpu(), server)
         finally:
             kube.close()
         window = cluster.window(BARE_CLIENT, "create", mark, len(self._bodies))
         return Run("python", threads, len(self._bodies), window[1] if window else elapsed,
-                   cpu, elapsed)
+                   cpu, elapsed, server)
 
     def record(self, label: str, run: Run) -> None:
         self._record(label, run)
@@ -527,21 +550,35 @@ def bodies_file(label: str, bodies: Iterable[dict[str, Any]]) -> Path:
     return path
 
 
+def _delta(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else after - before
+
+
+def cpu_snapshot(session: Session, operator: OperatorProcess) -> tuple[float, float | None]:
+    """(the operator's CPU seconds, the server's) so far."""
+    return operator.cpu_seconds(), session.cluster.server_cpu()
+
+
 def operator_run(session: Session, operator: OperatorProcess, workers: int, total: int,
-                 since: float, cpu_before: float, timeout: float = 900) -> tuple[Run, float]:
+                 since: float, before: tuple[float, float | None] | None = None,
+                 timeout: float = 900) -> tuple[Run, float]:
     """Wait until `total` replicas exist, then until the operator is idle; its Run (audit
-    window of its creates, CPU from `cpu_before` to idle) and the wall seconds from `since`."""
+    window of its creates; its CPU and the server's from `before`, default now, to idle)
+    and the wall seconds from `since`. Call it once the operator is ready: its start-up CPU
+    is not a write's."""
     watcher = session.watcher
+    cpu_before, server = before or cpu_snapshot(session, operator)
     mark = time.time() - (time.monotonic() - since) - 1  # `since` on the audit log's clock
     wait(lambda: watcher.live() >= total, timeout, "configmirror's replicas")
     wall = time.monotonic() - since
     session.idle(operator, 300)
     cpu = operator.cpu_seconds() - cpu_before
+    server = _delta(session.cluster.server_cpu(), server)
     window = session.cluster.window("configmirror/", "create", mark, total)
     curve = watcher.curve(since)
     span = curve[-1][0] - curve[0][0] if len(curve) > 1 else wall
     return Run("configmirror", workers, window[0] if window else total,
-               window[1] if window else span, cpu, span), wall
+               window[1] if window else span, cpu, span, server), wall
 
 
 def ratio_lines(ours: Run, baselines: Baselines) -> list[str]:
@@ -560,11 +597,15 @@ def ratio_lines(ours: Run, baselines: Baselines) -> list[str]:
 
 
 def run_table(runs: Sequence[tuple[str, Run]]) -> list[str]:
-    lines = [f"  {'writer':<34} {'seconds':>8} {'writes/s':>9} {'CPU s / 1000 writes':>20}"]
+    """Seconds, rate, and CPU seconds per 1,000 writes of the writer and of the server
+    (kube-apiserver + etcd) during its pass."""
+    lines = [f"  {'writer':<34} {'seconds':>8} {'writes/s':>9}   CPU s per 1000 writes: "
+             f"writer, server"]
     for label, run in runs:
-        cpu = run.cpu_per_1000
-        lines.append(f"  {label:<34} {run.seconds:8.2f} {run.rate:9.0f} "
-                     f"{'-' if cpu is None else f'{cpu:.2f}':>20}")
+        cpu, server = run.cpu_per_1000, run.server_cpu_per_1000
+        lines.append(f"  {label:<34} {run.seconds:8.2f} {run.rate:9.0f}   "
+                     f"{'-' if cpu is None else f'{cpu:.2f}':>22}, "
+                     f"{'-' if server is None else f'{server:.2f}'}")
     return lines
 
 
@@ -579,4 +620,5 @@ def baseline_rows(baselines: Baselines) -> list[tuple[str, Run]]:
 def run_json(run: Run) -> dict[str, Any]:
     return {"writer": run.writer, "concurrency": run.concurrency, "writes": run.writes,
             "seconds": run.seconds, "rate": run.rate, "cpu_seconds": run.cpu_seconds,
+            "server_cpu_seconds": run.server_cpu,
             "own_seconds": run.own_seconds}
