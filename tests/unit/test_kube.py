@@ -3,7 +3,9 @@ credentials read once a second, keep-alive connections reused until the server c
 
 from __future__ import annotations
 
+import http.client
 import http.server
+import io
 import socket
 import threading
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from configmirror.kube import (
     ApiError,
     Failure,
     Kube,
+    _read_response,
     classify,
     resource_of,
 )
@@ -177,3 +180,40 @@ def test_a_line_break_never_reaches_the_request_head(server: Server, kube: Kube)
     with pytest.raises(ValueError, match="line break"):
         kube.request("create", "/api/v1/namespaces/a/configmaps\r\nX-Evil: 1", body={})
     assert server.ports == [], "nothing was sent"
+
+
+@pytest.mark.parametrize(("raw", "body", "reusable"), [
+    (b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}", b"{}", True),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"3\r\n{\"a\r\n4;ext=1\r\n\": 1\r\n1\r\n}\r\n0\r\nX-Trailer: t\r\n\r\n", b'{"a": 1}', True),
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b"", True),
+    (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}", b"{}", False),
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", b"{}", False),
+    (b"HTTP/1.1 200 OK\r\n\r\n{\"until\": \"the end\"}", b'{"until": "the end"}', False),
+])
+def test_an_answer_is_framed_as_http_1_1_says(raw: bytes, body: bytes, reusable: bool) -> None:
+    response, keep_alive = _read_response(io.BytesIO(raw), "GET")
+    assert (response.data, keep_alive) == (body, reusable)
+
+
+def test_an_answer_keeps_its_status_reason_and_retry_after() -> None:
+    raw = (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nContent-Length: 2\r\n\r\n{}"
+           b"HTTP/1.1 200 OK\r\n")  # the next answer's bytes stay unread
+    stream = io.BytesIO(raw)
+    response, _ = _read_response(stream, "POST")
+    assert (response.status, response.reason, response.retry_after) == \
+        (429, "Too Many Requests", "3")
+    assert stream.read() == b"HTTP/1.1 200 OK\r\n"
+
+
+@pytest.mark.parametrize("raw", [
+    b"",                                                       # closed before any answer
+    b"SSH-2.0-OpenSSH\r\n\r\n",                                # not HTTP
+    b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}",        # cut short
+    b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n{}",         # not a length
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",               # cut inside the head
+])
+def test_a_broken_answer_is_an_http_error(raw: bytes) -> None:
+    with pytest.raises(http.client.HTTPException):
+        _read_response(io.BytesIO(raw), "GET")
