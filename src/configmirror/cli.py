@@ -33,13 +33,13 @@ from configmirror.model import (
     CachedObject,
     Caches,
     Namespace,
-    configmap_from_json,
+    configmap_transform,
     namespace_from_json,
     object_indexers,
 )
 from configmirror.plan import ReplicationPlan, plan_source
 from configmirror.settings import Settings
-from configmirror.spec import InvalidSpec, Scope
+from configmirror.spec import InvalidSpec, ReplicaRules, Scope
 from configmirror.store import Store
 
 ENV_PREFIX = "CONFIGMIRROR_"
@@ -92,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
              "namespaces whose sources are honoured (globs, ! excludes)")
         _add(p, "--exclude-namespaces", d.exclude_namespaces,
              "namespaces that never receive replicas (globs)")
+        _add(p, "--drop-labels", d.drop_labels, "label keys never copied to a replica (globs, "
+             "! excludes; replaces the default list, which holds the keys by which Argo CD, "
+             "Flux and Helm claim objects; '' drops nothing)")
+        _add(p, "--drop-annotations", d.drop_annotations, "annotation keys never copied to a "
+             "replica (globs; replaces the default list, the same as --drop-labels's)")
         _add(p, "--log-format", d.log_format, "log format", choices=("text", "json"))
         _add(p, "--log-level", d.log_level, "log level",
              choices=("debug", "info", "warning", "error"))
@@ -165,12 +170,20 @@ def _settings(args: argparse.Namespace) -> Settings:
             raise UsageError(f"--{flag.replace('_', '-')} must be host:port or '0', "
                              f"got {address!r}")
     _scope(settings)
+    _rules(settings)
     return settings
 
 
 def _scope(settings: Settings) -> Scope:
     try:
         return Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
+    except InvalidSpec as err:
+        raise UsageError(str(err)) from None
+
+
+def _rules(settings: Settings) -> ReplicaRules:
+    try:
+        return ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations)
     except InvalidSpec as err:
         raise UsageError(str(err)) from None
 
@@ -211,8 +224,8 @@ def _plan(args: argparse.Namespace) -> int:
     kube = _connect(settings, pool_size=2, limited=False)
     caches = Caches(Store[CachedObject](object_indexers()), Store[Namespace]())
     try:
-        Informer(kube, CONFIGMAPS.collection(), configmap_from_json, caches.objects, _ignore,
-                 "configmaps").list_once()
+        Informer(kube, CONFIGMAPS.collection(), configmap_transform(_rules(settings)),
+                 caches.objects, _ignore, "configmaps").list_once()
         Informer(kube, NAMESPACES, namespace_from_json, caches.namespaces, _ignore,
                  "namespaces").list_once()
     except ApiError as err:

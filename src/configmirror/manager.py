@@ -34,7 +34,7 @@ from configmirror.model import (
     Caches,
     Key,
     Namespace,
-    configmap_from_json,
+    configmap_transform,
     namespace_from_json,
     object_indexers,
 )
@@ -43,7 +43,7 @@ from configmirror.reconcile import Result
 from configmirror.replicator import Expectations, Replicator
 from configmirror.routing import namespace_keys, object_keys
 from configmirror.settings import Settings
-from configmirror.spec import Scope
+from configmirror.spec import ReplicaRules, Scope
 from configmirror.store import Store
 from configmirror.workqueue import WorkQueue
 
@@ -62,6 +62,7 @@ class Manager:
         self.metrics.count_requests(kube.counts)
         self._clock = clock or RealClock()
         self.scope = Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
+        rules = ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations)
         self.caches = Caches(Store(object_indexers()), Store())
         self.queue: WorkQueue[Key] = WorkQueue(
             max_retries=settings.max_retries,
@@ -69,7 +70,7 @@ class Manager:
             clock=self._clock, metrics=self.metrics.queue("configmirror"))
         self.recorder = EventRecorder(kube, on_dropped=self.metrics.events_dropped.inc)
         self.object_informer: Informer[CachedObject] = Informer(
-            kube, CONFIGMAPS.collection(), configmap_from_json, self.caches.objects,
+            kube, CONFIGMAPS.collection(), configmap_transform(rules), self.caches.objects,
             self._on_object, "configmaps", self.metrics, self._clock,
             resync_period=settings.resync_period, on_recovered=self._server_answered)
         self.namespace_informer: Informer[Namespace] = Informer(

@@ -1,8 +1,9 @@
 """What the caches hold, made from API JSON once per object version, and the work-queue keys.
 
 The informer's transform keeps only what reconcile needs: for every ConfigMap its identity and
-a digest of its content; for a source also its content and its compiled spec (parsed once per
-resourceVersion, so planning and writing share one immutable value and never re-parse).
+a digest of its content; for a source also its compiled form (its spec parsed and its
+replicas' exact content worked out once per resourceVersion, under the operator's drop rules,
+so planning and writing share one immutable value and never re-parse).
 """
 
 from __future__ import annotations
@@ -14,12 +15,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from configmirror.settings import DEFAULT_DROP
 from configmirror.spec import (
+    COPY_ANNOTATIONS,
+    COPY_LABELS,
     PREFIX,
     REPLICATE_TO,
     REPLICATE_TO_MATCHING,
     InvalidSpec,
+    Patterns,
+    ReplicaRules,
     Spec,
+    parse_copied,
     parse_spec,
 )
 from configmirror.store import Store
@@ -29,6 +36,7 @@ CONTENT_HASH = PREFIX + "content-hash"
 REPLICA_LABEL = PREFIX + "replica"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+DEFAULT_RULES = ReplicaRules.from_flags(DEFAULT_DROP, DEFAULT_DROP)
 
 # Store index names.
 BY_REPLICA_OF = "replica-of"     # replicas by the key ("ns/name") of the source they copy
@@ -123,26 +131,29 @@ def _payload(raw: Mapping[str, Any]) -> dict[str, Any]:
             "immutable": bool(raw.get("immutable"))}
 
 
-def replica_labels(labels: Mapping[str, str]) -> dict[str, str]:
-    return {**labels, REPLICA_LABEL: "true", MANAGED_BY: "configmirror"}
-
-
-def replica_annotations(annotations: Mapping[str, str], source: str) -> dict[str, str]:
-    kept = {k: v for k, v in annotations.items() if not k.startswith(PREFIX) and k != LAST_APPLIED}
-    return {**kept, REPLICA_OF: source}
+def _kept(items: Mapping[str, str], copy: Patterns, drop: Patterns) -> dict[str, str]:
+    return {k: v for k, v in items.items() if copy.matches(k) and not drop.matches(k)}
 
 
 def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str, str],
-                   raw: Mapping[str, Any]) -> Source:
-    """Parse a source's spec and work out its replicas' content, once per version."""
+                   raw: Mapping[str, Any], rules: ReplicaRules = DEFAULT_RULES) -> Source:
+    """Parse a source's spec and work out its replicas' content, once per version.
+
+    A replica carries the source's labels and annotations that its copy patterns select,
+    minus the operator's drop list, plus our own marks.
+    """
     spec, invalid = None, None
     try:
         spec = parse_spec(annotations.get(REPLICATE_TO), annotations.get(REPLICATE_TO_MATCHING))
+        copied = parse_copied(annotations.get(COPY_LABELS), annotations.get(COPY_ANNOTATIONS))
     except InvalidSpec as err:
-        invalid = str(err)
+        spec, invalid = None, str(err)
+        copied = parse_copied(None, None)  # what the replicas would be does not matter
     payload = _payload(raw)
-    wanted_labels = replica_labels(labels)
-    wanted_annotations = replica_annotations(annotations, key)
+    wanted_labels = {**_kept(labels, copied.labels, rules.drop_labels), REPLICA_LABEL: "true",
+                     MANAGED_BY: "configmirror"}
+    wanted_annotations = {**_kept(annotations, copied.annotations, rules.drop_annotations),
+                          REPLICA_OF: key}
     digest = content_hash(payload, wanted_labels, wanted_annotations)
     return Source(spec, invalid, wanted_labels, {**wanted_annotations, CONTENT_HASH: digest},
                   payload, digest)
@@ -151,7 +162,13 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
 # -- transforms (the informers') ------------------------------------------------------------
 
 
-def configmap_from_json(raw: dict[str, Any]) -> CachedObject:
+def configmap_transform(rules: ReplicaRules) -> Callable[[dict[str, Any]], CachedObject]:
+    """The ConfigMap informer's transform under the operator's drop rules."""
+    return lambda raw: configmap_from_json(raw, rules)
+
+
+def configmap_from_json(raw: dict[str, Any], rules: ReplicaRules = DEFAULT_RULES
+                        ) -> CachedObject:
     """Keep a source's compiled content, and only a digest of anything else."""
     meta = raw.get("metadata") or {}
     labels: dict[str, str] = meta.get("labels") or {}
@@ -161,7 +178,7 @@ def configmap_from_json(raw: dict[str, Any]) -> CachedObject:
     is_replica = labels.get(REPLICA_LABEL) == "true" and REPLICA_OF in annotations
     source = None
     if REPLICATE_TO in annotations or REPLICATE_TO_MATCHING in annotations:
-        source = compile_source(f"{namespace}/{name}", labels, annotations, raw)
+        source = compile_source(f"{namespace}/{name}", labels, annotations, raw, rules)
     return CachedObject(
         namespace=namespace, name=name,
         uid=str(meta.get("uid", "")),

@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_EXCLUDED = "kube-system,kube-public,kube-node-lease"
+# Keys never copied to a replica: ours, kubectl's, and those by which Argo CD, Flux and Helm
+# claim objects (a copied one makes the tool treat replicas as its own and prune them).
+DEFAULT_DROP = ",".join((
+    "configmirror.io/*", "kubectl.kubernetes.io/*", "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by", "argocd.argoproj.io/*", "kustomize.toolkit.fluxcd.io/*",
+    "helm.toolkit.fluxcd.io/*", "meta.helm.sh/*", "helm.sh/*"))
 
 
 @dataclass(frozen=True)
@@ -16,6 +22,8 @@ class Settings:
     resync_period: float = 600.0
     source_namespaces: str = "*"
     exclude_namespaces: str = DEFAULT_EXCLUDED
+    drop_labels: str = DEFAULT_DROP
+    drop_annotations: str = DEFAULT_DROP
     leader_elect: bool = False
     leader_election_namespace: str = "configmirror"
     leader_election_id: str = "configmirror"
