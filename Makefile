@@ -75,6 +75,7 @@ bench: $(STAMP) ## benchmarks; each prints ratios against a baseline measured in
 	cd bench && ../$(PY) bench_churn.py
 	cd bench && ../$(PY) bench_latency.py
 	cd bench && ../$(PY) bench_memory.py
+	cd bench && ../$(PY) bench_secret_memory.py
 
 .PHONY: run
 run: $(STAMP) ## run the operator on the current kubeconfig context (Ctrl-C stops it)

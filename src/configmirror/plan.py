@@ -56,6 +56,8 @@ class ReplicationPlan:
     invalid: str | None = None
     not_allowed: str | None = None  # why its namespace may not hold sources
     targets: tuple[str, ...] = ()
+    content: dict[str, Any] | None = None  # key names, sizes and hash: never values
+    kind: str = "ConfigMap"
 
     @property
     def in_sync(self) -> bool:
@@ -64,8 +66,9 @@ class ReplicationPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "source": self.source, "targets": list(self.targets), "invalid": self.invalid,
-            "not_allowed": self.not_allowed,
+            "kind": self.kind, "source": self.source, "targets": list(self.targets),
+            "invalid": self.invalid,
+            "not_allowed": self.not_allowed, "content": self.content,
             "actions": [{"action": a.kind, "namespace": a.namespace, "name": a.name,
                          "why": a.why} for a in self.actions],
             "conflicts": [{"namespace": c.namespace, "name": c.name, "owner": c.owner,
@@ -107,22 +110,25 @@ def desired_body(source: CachedObject, namespace: str) -> dict[str, Any]:
     if compiled is None:
         raise ValueError(f"{source.key} is not a source")
     body: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1", "kind": compiled.kind,
         "metadata": {"name": source.name, "namespace": namespace, "labels": compiled.labels,
                      "annotations": compiled.annotations},
-        "data": compiled.payload["data"],
     }
-    if compiled.payload["binaryData"]:
-        body["binaryData"] = compiled.payload["binaryData"]
-    if compiled.payload["immutable"]:
-        body["immutable"] = True
+    # data always; binaryData (ConfigMap) only when there is some; type (Secret); immutable
+    # only when true.
+    body.update((field, value) for field, value in compiled.payload.items()
+                if value or field == "data")
     return body
 
 
 def _change(current: CachedObject, owner: CachedObject) -> ActionKind:
     assert owner.source is not None
-    # Kubernetes refuses any change to an immutable object, and immutable only turns on.
-    return "recreate" if current.immutable or owner.source.payload["immutable"] else "update"
+    payload = owner.source.payload
+    # Kubernetes refuses any change to an immutable object (and immutable only turns on),
+    # and any change of a Secret's type.
+    if current.immutable or payload["immutable"] or current.type != payload.get("type", ""):
+        return "recreate"
+    return "update"
 
 
 def _orphaned_because(source: CachedObject | None, home: Namespace | None,
@@ -141,7 +147,8 @@ def _orphaned_because(source: CachedObject | None, home: Namespace | None,
 
 def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Namespace],
                 lookup: Callable[[str], CachedObject | None],
-                replicas: Iterable[CachedObject], scope: Scope) -> ReplicationPlan:
+                replicas: Iterable[CachedObject], scope: Scope,
+                kind: str = "ConfigMap") -> ReplicationPlan:
     """Compare what source `key` wants with what the caches hold.
 
     `lookup(ns/name)` finds any cached object; `replicas` are the cached replicas of `key`.
@@ -152,17 +159,18 @@ def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Name
     home = next((ns for ns in namespace_list if source is not None
                  and ns.name == source.namespace), None)
     if source is not None and source.source is not None and home is None:
-        return ReplicationPlan(key)  # its namespace is not cached yet: decide nothing
+        return ReplicationPlan(key, kind=kind)  # its namespace is not cached yet: wait
     if source is None or not honoured(source, home, scope):
         why = _orphaned_because(source, home, scope)
         refused = (scope.refusal(home) if source is not None and source.source is not None
                    and home is not None else None)
         return ReplicationPlan(key, actions=tuple(
             Action("delete", r.namespace, r.name, r.resource_version, why, key)
-            for r in existing if r.namespace not in terminating), not_allowed=refused)
+            for r in existing if r.namespace not in terminating), not_allowed=refused,
+            kind=kind)
     assert source.source is not None
     if source.source.invalid is not None:
-        return ReplicationPlan(key, invalid=source.source.invalid)
+        return ReplicationPlan(key, invalid=source.source.invalid, kind=kind)
 
     want = source.source.content_hash
     targets = sorted(ns.name for ns in namespace_list if wants(source, ns, scope))
@@ -182,7 +190,8 @@ def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Name
         if replica.namespace not in wanted and replica.namespace not in terminating:
             actions.append(Action("delete", replica.namespace, replica.name,
                                   replica.resource_version, "namespace no longer targeted", key))
-    return ReplicationPlan(key, tuple(actions), tuple(conflicts), targets=tuple(targets))
+    return ReplicationPlan(key, tuple(actions), tuple(conflicts), targets=tuple(targets),
+                           content=source.source.summary(), kind=kind)
 
 
 # -- one target ---------------------------------------------------------------------------------

@@ -18,9 +18,10 @@ from configmirror.spec import Scope
 
 
 def object_keys(old: CachedObject | None, new: CachedObject | None,
-                sources_named: Callable[[str], Iterable[CachedObject]]) -> set[Key]:
-    """The keys a ConfigMap event wakes: (None, new) added, (old, new) changed or resynced,
-    (old, None) deleted.
+                sources_named: Callable[[str], Iterable[CachedObject]],
+                resource: str = "configmaps") -> set[Key]:
+    """The keys an object event wakes: (None, new) added, (old, new) changed or resynced,
+    (old, None) deleted. Objects and keys are of one `resource`.
 
     - A source (before or after): its source key, which plans its targets.
     - A replica (before or after): its target key, so drift is repaired and an orphan removed.
@@ -32,17 +33,18 @@ def object_keys(old: CachedObject | None, new: CachedObject | None,
         if obj is None:
             continue
         if obj.source is not None:
-            keys.add(source_key(obj.namespace, obj.name))
+            keys.add(source_key(obj.namespace, obj.name, resource))
         if obj.replica_of is not None or any(
                 s.namespace != obj.namespace for s in sources_named(obj.name)):
-            keys.add(target_key(obj.namespace, obj.name))
+            keys.add(target_key(obj.namespace, obj.name, resource))
     return keys
 
 
 def namespace_keys(old: Namespace | None, new: Namespace | None,
                    sources: Iterable[CachedObject],
-                   home_of: Callable[[str], Namespace | None], scope: Scope) -> set[Key]:
-    """The keys a namespace event wakes.
+                   home_of: Callable[[str], Namespace | None], scope: Scope,
+                   resource: str = "configmaps") -> set[Key]:
+    """The keys a namespace event wakes among the sources of one `resource`.
 
     - Sources that live in it, when it appears or whether it may hold sources flips.
     - Targets in it of the other honoured sources, where their wish for a replica flipped.
@@ -57,8 +59,8 @@ def namespace_keys(old: Namespace | None, new: Namespace | None,
     for source in sources:
         if source.namespace == new.name:
             if old is None or scope.honours(old) != scope.honours(new):
-                keys.add(source_key(source.namespace, source.name))
+                keys.add(source_key(source.namespace, source.name, resource))
         elif ((old is not None and wants(source, old, scope)) != wants(source, new, scope)
               and honoured(source, home_of(source.namespace), scope)):
-            keys.add(target_key(new.name, source.name))
+            keys.add(target_key(new.name, source.name, resource))
     return keys

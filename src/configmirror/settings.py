@@ -38,3 +38,12 @@ class Settings:
     # the burst above it (kube-controller-manager's --kube-api-qps/--kube-api-burst).
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
+    # Secrets are off unless an admin names them: exact names, and the namespaces (globs)
+    # whose Secrets of those names are sources.
+    secret_names: str = ""
+    secret_source_namespaces: str = ""
+
+    @property
+    def secrets(self) -> list[str]:
+        """The Secret names replicated (empty: Secrets are never read)."""
+        return [n.strip() for n in self.secret_names.split(",") if n.strip()]

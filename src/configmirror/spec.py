@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from configmirror.selector import Selector, SelectorError, parse_selector
+from configmirror.settings import Settings
 
 PREFIX = "configmirror.io/"
 REPLICATE_TO = PREFIX + "replicate-to"
@@ -152,20 +153,35 @@ class Scope:
     excluded_namespaces: Patterns
     source_selector: Selector | None = None
     source_selector_text: str = ""
+    source_flag: str = "--source-namespaces"  # the flag that named source_namespaces
 
     @classmethod
     def from_flags(cls, source_namespaces: str, exclude_namespaces: str,
-                   source_namespace_selector: str = "") -> Scope:
-        """From the three flags; raises InvalidSpec naming the flag at fault."""
+                   source_namespace_selector: str = "",
+                   source_flag: str = "--source-namespaces") -> Scope:
+        """From the flags; raises InvalidSpec naming the flag at fault. `source_flag` names
+        the flag `source_namespaces` came from (Secrets have their own)."""
         selector = None
         if source_namespace_selector.strip():
             try:
                 selector = parse_selector(source_namespace_selector)
             except SelectorError as err:
                 raise InvalidSpec(f"--source-namespace-selector: {err}") from None
-        return cls(parse_patterns(source_namespaces, "--source-namespaces"),
+        return cls(parse_patterns(source_namespaces, source_flag),
                    parse_patterns(exclude_namespaces, "--exclude-namespaces", empty_ok=True),
-                   selector, source_namespace_selector.strip())
+                   selector, source_namespace_selector.strip(), source_flag)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, secrets: bool = False) -> Scope:
+        """The scope of ConfigMap sources, or (`secrets`) of Secret sources, which only
+        --secret-source-namespaces may hold."""
+        if secrets:
+            return cls.from_flags(settings.secret_source_namespaces,
+                                  settings.exclude_namespaces,
+                                  settings.source_namespace_selector,
+                                  "--secret-source-namespaces")
+        return cls.from_flags(settings.source_namespaces, settings.exclude_namespaces,
+                              settings.source_namespace_selector)
 
     def honours(self, home: NamespaceLike) -> bool:
         """Whether a source in namespace `home` is acted on at all."""
@@ -176,7 +192,7 @@ class Scope:
         """Why a source in `home` is not honoured, naming the flag (or label) to change."""
         if not self.source_namespaces.matches(home.name):
             return (f"namespace {home.name} may not hold sources: it is not in "
-                    f"--source-namespaces")
+                    f"{self.source_flag}")
         return (f"namespace {home.name} may not hold sources: its labels do not match "
                 f"--source-namespace-selector={self.source_selector_text} (label the "
                 f"namespace to allow it)")

@@ -149,7 +149,8 @@ def test_invalid_sources_and_sources_outside_source_namespaces_wake_nothing() ->
 def test_keys_name_objects_and_print_readably() -> None:
     key = target_key("a", "cfg")
     assert key == Key("target", "configmaps", "a", "cfg") and key.object_key == "a/cfg"
-    assert str(source_key("src", "cfg")) == "source src/cfg"
+    assert str(source_key("src", "cfg")) == "source configmaps src/cfg"
+    assert source_key("src", "cfg") != source_key("src", "cfg", "secrets")
 
 
 SELECTOR = Scope.from_flags("*", DEFAULT_EXCLUDED, "configmirror.io/source=true")
