@@ -8,7 +8,9 @@ PYTEST_ARGS ?=
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml testing/pyproject.toml | sha1sum | cut -c1-12)
 
 # The image deploy/ runs (kustomization.yaml's images: entry); `make image` builds this tag.
-IMAGE        ?= ghcr.io/configmirror/configmirror:0.1.0
+# No registry publishes it: build it, then load or push it (README, Deploy).
+VERSION      := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' src/configmirror/__init__.py)
+IMAGE        ?= configmirror:$(VERSION)
 KIND_CLUSTER ?= configmirror
 KUBECTL      ?= kubectl
 
@@ -70,8 +72,8 @@ run: $(STAMP) ## run the operator on the current kubeconfig context (Ctrl-C stop
 	$(PY) -m configmirror run
 
 .PHONY: image
-image: ## build the container image $(IMAGE)
-	docker build -t $(IMAGE) .
+image: $(STAMP) ## build the image $(IMAGE) (on python:3.11-slim; on a Debian-built base if that cannot be pulled)
+	hack/image.sh $(IMAGE)
 
 .PHONY: deploy
 deploy: ## kubectl apply -k deploy/ (RBAC, Deployment, PDB, metrics Service)
@@ -92,7 +94,7 @@ kind-test: $(STAMP) ## kind cluster + image + deploy/ + the e2e tests against it
 	trap cleanup EXIT; \
 	echo "kind-test: creating cluster $(KIND_CLUSTER)"; \
 	kind create cluster --name $(KIND_CLUSTER) --kubeconfig $$kubeconfig --wait 120s; \
-	echo "kind-test: building image $(IMAGE)"; docker build -t $(IMAGE) .; \
+	echo "kind-test: building image $(IMAGE)"; hack/image.sh $(IMAGE); \
 	echo "kind-test: loading the image into the cluster's nodes"; \
 	kind load docker-image $(IMAGE) --name $(KIND_CLUSTER); \
 	echo "kind-test: applying deploy/"; $(KUBECTL) --kubeconfig $$kubeconfig apply -k deploy/; \
