@@ -31,6 +31,9 @@ read -r pyver arch < <(docker run --rm --network none --entrypoint python3 "$bas
 echo "image: $image on $base (Python $pyver, $arch)" >&2
 rm -rf "$wheels"
 mkdir -p "$wheels"
+# Same source, same wheel bytes (zip times from the last commit), so Docker's layer cache
+# reuses the install step instead of piling up a new one per build.
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 315532800)}
 "$python" -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$wheels" .
 "$python" -m pip download --quiet --disable-pip-version-check --dest "$wheels" \
   --only-binary=:all: --implementation cp --python-version "$pyver" \
