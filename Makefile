@@ -35,6 +35,10 @@ demo: $(STAMP) ## local control plane + operator + deploy/examples; Ctrl-C stops
 controlplane: ## build (once) or find kube-apiserver/etcd/kubectl; prints their folder last
 	@hack/controlplane/build.sh
 
+.PHONY: helm
+helm: ## build (once) or find helm for the chart tests; prints its folder last
+	@hack/helm/build.sh
+
 .PHONY: test
 test: $(STAMP) ## run the whole test suite (unit + against a real local control plane)
 	@set -o pipefail; \
@@ -44,6 +48,13 @@ test: $(STAMP) ## run the whole test suite (unit + against a real local control 
 	  echo "make test: the control plane could not be built, and CI needs it" >&2; exit 1; \
 	else \
 	  echo "make test: no control plane (needs Go; or set KUBEBUILDER_ASSETS); integration tests will skip" >&2; \
+	fi; \
+	if helm=$$(hack/helm/build.sh | tail -n 1); then \
+	  export CONFIGMIRROR_HELM_DIR=$$helm; \
+	elif [ "$${CI:-}" = true ]; then \
+	  echo "make test: helm could not be built, and CI needs it" >&2; exit 1; \
+	else \
+	  echo "make test: no helm (needs Go); the chart tests will skip" >&2; \
 	fi; \
 	if ! docker info >/dev/null 2>&1; then \
 	  if [ "$${CI:-}" = true ]; then \

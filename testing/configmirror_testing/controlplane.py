@@ -41,6 +41,7 @@ from configmirror_testing.wait import WaitTimeout, wait_for
 BINARIES = ("kube-apiserver", "etcd", "etcdctl", "kubectl")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
+BUILD_TIMEOUT = 3600.0
 
 
 class ControlPlaneError(RuntimeError):
@@ -58,7 +59,14 @@ def find_assets(repo_root: Path | None = None, build: bool = False) -> Path | No
         if folder and all((Path(folder) / b).is_file() for b in BINARIES):
             return Path(folder)
     root = repo_root or Path(__file__).resolve().parents[2]
-    script = root / "hack" / "controlplane" / "build.sh"
+    return built_folder(root / "hack" / "controlplane" / "build.sh", build)
+
+
+def built_folder(script: Path, build: bool) -> Path | None:
+    """The folder a hack/*/build.sh prints last: cached, or built first when `build` is true.
+
+    Without `build` (or without Go) nothing is built: the script only reports a finished build.
+    """
     if not script.is_file():
         return None
     if not build and not shutil.which("go"):
@@ -66,7 +74,9 @@ def find_assets(repo_root: Path | None = None, build: bool = False) -> Path | No
     env = dict(os.environ)
     if not build:
         env["CONFIGMIRROR_FIND_ONLY"] = "1"
-    done = subprocess.run([str(script)], capture_output=True, text=True, env=env, check=False)
+    # A cold build takes minutes (kube-apiserver the most); finding a cached one, a moment.
+    done = subprocess.run([str(script)], capture_output=True, text=True, env=env, check=False,
+                          timeout=BUILD_TIMEOUT if build else 60)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return None

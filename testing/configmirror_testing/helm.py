@@ -1,0 +1,64 @@
+"""helm for the chart tests, built once from Go modules by hack/helm/build.sh.
+
+No package ships helm 4 for CI's machine, so it is built like the control plane and found the
+same way: CONFIGMIRROR_HELM_DIR (what `make test` exports), else the build script's cache.
+helm keeps a cache, repositories and plugins under the user's home; `Helm` points all of them
+(and kubectl's discovery cache) at a folder its caller owns, so a run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from configmirror_testing.controlplane import built_folder
+
+TIMEOUT = 120.0
+
+
+class HelmError(RuntimeError):
+    """A helm command failed; the message holds the command and helm's own words."""
+
+
+def find_helm(repo_root: Path | None = None, build: bool = False) -> Path | None:
+    """The helm binary, or None if there is none (and no build)."""
+    folder = os.environ.get("CONFIGMIRROR_HELM_DIR")
+    if folder and (Path(folder) / "helm").is_file():
+        return Path(folder) / "helm"
+    root = repo_root or Path(__file__).resolve().parents[2]
+    built = built_folder(root / "hack" / "helm" / "build.sh", build)
+    if built is None or not (built / "helm").is_file():
+        return None
+    return built / "helm"
+
+
+class Helm:
+    """Runs one helm binary with its homes (and HOME) in `home`."""
+
+    def __init__(self, binary: Path, home: Path) -> None:
+        self.binary = binary
+        self.home = home
+        home.mkdir(parents=True, exist_ok=True)
+        self.env = {**os.environ, "HOME": str(home),
+                    "HELM_CACHE_HOME": str(home / "cache"),
+                    "HELM_CONFIG_HOME": str(home / "config"),
+                    "HELM_DATA_HOME": str(home / "data")}
+        self.env.pop("KUBECONFIG", None)  # only an explicit kubeconfig= reaches a cluster
+
+    def __call__(self, *args: str, kubeconfig: Path | None = None, check: bool = True,
+                 input: str | None = None,
+                 timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+        """`helm args...`; raises HelmError on a non-zero exit when `check`."""
+        cmd = [str(self.binary), *args]
+        if kubeconfig is not None:
+            cmd += ["--kubeconfig", str(kubeconfig)]
+        done = subprocess.run(cmd, capture_output=True, text=True, input=input, env=self.env,
+                              timeout=timeout, check=False)
+        if check and done.returncode != 0:
+            raise HelmError(f"helm {' '.join(args)} failed ({done.returncode}): "
+                            f"{done.stderr.strip()}")
+        return done
+
+    def version(self) -> str:
+        return self("version", "--short").stdout.strip()

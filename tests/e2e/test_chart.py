@@ -1,0 +1,434 @@
+"""charts/configmirror against helm and a real apiserver: lint, a schema that names the bad
+value, the same objects as deploy/, Secrets RBAC by name only, and a real install and uninstall.
+
+There is no kubelet here: an installed Deployment's pods never run, but every object is created
+(and deleted) by the apiserver for real, so RBAC, admission and Helm's bookkeeping are real.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from configmirror import __version__
+from configmirror_testing.helm import Helm, find_helm
+from configmirror_testing.wait import WaitTimeout, wait_for
+from tests.conftest import REPO, Cluster, Namespaces, unique_name
+
+pytestmark = pytest.mark.controlplane
+CHART = REPO / "charts" / "configmirror"
+NO_HELM = "no helm: run `make helm` (needs Go 1.26+); hack/helm/build.sh builds it once"
+# Labels Helm charts carry and kustomize's deploy/ does not; the rest must be equal.
+HELM_OWN_LABELS = ("helm.sh/chart", "app.kubernetes.io/instance",
+                   "app.kubernetes.io/managed-by", "app.kubernetes.io/version")
+SECRET_NAMES = ["wildcard-tls", "registry-credentials"]
+
+# Values that exercise every template branch the apiserver can check (a ServiceMonitor needs
+# the Prometheus Operator's CRD, which this apiserver lacks: it is checked by rendering only).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "secrets": {"secrets": {"names": SECRET_NAMES, "sourceNamespaces": ["platform", "infra-*"]}},
+    "every-flag": {
+        "workers": 8,
+        "sourceNamespaces": ["team-*", "!team-legacy"],
+        "sourceNamespaceSelector": "configmirror.io/sources=true,env in (prod,staging)",
+        "excludeNamespaces": ["kube-system", "sandbox-*"],
+        "dropLabels": ["argocd.argoproj.io/*"],
+        "dropAnnotations": ["kubectl.kubernetes.io/*", "example.com/secret-ish"],
+        "extraArgs": ["--log-level=debug", "--max-retries=8"],
+        "extraEnv": [{"name": "CONFIGMIRROR_RESYNC_PERIOD", "value": "300"}],
+        "imagePullSecrets": [{"name": "regcred"}],
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "platform",
+                         "effect": "NoSchedule"}],
+        "podAntiAffinity": "hard",
+        "image": {"repository": "registry.example.com/configmirror", "tag": "1.2",
+                  "pullPolicy": "Always"},
+    },
+    "one-pod": {"replicas": 1, "leaderElection": {"enabled": False},
+                "podDisruptionBudget": {"enabled": False}, "podAntiAffinity": "none"},
+}
+SERVICE_MONITOR = {"metrics": {"serviceMonitor": {"enabled": True, "interval": "30s",
+                                                  "labels": {"release": "prometheus"}}}}
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm built by hack/helm/build.sh, with its homes in a temp folder."""
+    ci = os.environ.get("CI") == "true"
+    binary = find_helm(REPO, build=ci)
+    if binary is None:
+        if ci:
+            pytest.fail(NO_HELM, pytrace=False)
+        pytest.skip(NO_HELM)
+    return Helm(binary, tmp_path_factory.mktemp("helm-home"))
+
+
+def values_file(values: dict[str, Any], folder: Path) -> list[str]:
+    """`-f file` arguments carrying `values` (none for no values)."""
+    if not values:
+        return []
+    path = folder / f"values-{unique_name('v')}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return ["-f", str(path)]
+
+
+def template(helm: Helm, folder: Path, values: dict[str, Any] | None = None,
+             release: str = "configmirror", namespace: str = "configmirror") -> str:
+    """`helm template` of the chart: the manifest, as helm writes it."""
+    return helm("template", release, str(CHART), "--namespace", namespace,
+                *values_file(values or {}, folder)).stdout
+
+
+def documents(manifest: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(manifest) if doc]
+
+
+Key = tuple[str, str | None, str]
+
+
+def by_key(objects: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
+    """Objects by (kind, namespace, name); a duplicate key is a bug in the manifest."""
+    keyed: dict[Key, dict[str, Any]] = {}
+    for obj in objects:
+        meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace"), meta["name"])
+        assert key not in keyed, f"{key} appears twice"
+        keyed[key] = obj
+    return keyed
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return dict(containers[0])
+
+
+def without_helm_labels(value: Any) -> Any:
+    """`value` with Helm's own label keys removed from every mapping, however deep."""
+    if isinstance(value, dict):
+        return {k: without_helm_labels(v) for k, v in value.items() if k not in HELM_OWN_LABELS}
+    if isinstance(value, list):
+        return [without_helm_labels(v) for v in value]
+    return value
+
+
+def with_image_placeholder(obj: dict[str, Any]) -> dict[str, Any]:
+    """The image comes from values (chart) or kustomize's images: (deploy/); compared apart."""
+    if obj["kind"] == "Deployment":
+        for c in obj["spec"]["template"]["spec"]["containers"]:
+            c["image"] = "<image>"
+    return obj
+
+
+def yaml_diff(expected: Any, actual: Any) -> str:
+    return "\n".join(difflib.unified_diff(
+        yaml.safe_dump(expected).splitlines(), yaml.safe_dump(actual).splitlines(),
+        "kubectl kustomize deploy/", "helm template", lineterm=""))
+
+
+# -- lint and schema -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", [*VARIANTS, "service-monitor"])
+def test_lint_strict_passes(helm: Helm, tmp_path: Path, variant: str) -> None:
+    values = VARIANTS.get(variant, SERVICE_MONITOR)
+    done = helm("lint", "--strict", str(CHART), *values_file(values, tmp_path), check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize(("values", "names"), [
+    ({"replicas": 0}, ["/replicas", "minimum"]),
+    ({"replicas": "two"}, ["/replicas", "integer"]),
+    ({"replicas": 1.5}, ["/replicas", "integer"]),
+    ({"image": {"tag": 1.2}}, ["/image/tag", "string"]),
+    ({"image": {"pullPolicy": "Sometimes"}}, ["/image/pullPolicy", "Always"]),
+    ({"workers": 0}, ["/workers", "minimum"]),
+    ({"secrets": {"names": "wildcard-tls"}}, ["/secrets/names", "array"]),
+    ({"secrets": {"names": ["Not_A_Name"]}}, ["/secrets/names/0", "pattern"]),
+    ({"sourceNamespaces": "team-*"}, ["/sourceNamespaces", "array"]),
+    ({"podAntiAffinity": "sometimes"}, ["/podAntiAffinity", "soft"]),
+    ({"replica": 3}, ["replica", "additional properties"]),
+])
+def test_schema_rejects_a_bad_value_naming_it(helm: Helm, tmp_path: Path,
+                                              values: dict[str, Any], names: list[str]) -> None:
+    done = helm("template", "configmirror", str(CHART), *values_file(values, tmp_path),
+                check=False)
+    assert done.returncode != 0, f"{values} was accepted"
+    assert "schema" in done.stderr, done.stderr
+    for name in names:
+        assert name in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"replicas": 2, "leaderElection": {"enabled": False}},
+     "replicas > 1 needs leaderElection.enabled=true"),
+    ({"secrets": {"names": SECRET_NAMES}},
+     "secrets.names is set but secrets.sourceNamespaces is empty"),
+])
+def test_values_that_contradict_each_other_fail_with_a_message(
+        helm: Helm, tmp_path: Path, values: dict[str, Any], message: str) -> None:
+    done = helm("template", "configmirror", str(CHART), *values_file(values, tmp_path),
+                check=False)
+    assert done.returncode != 0, f"{values} was accepted"
+    assert message in done.stderr, done.stderr
+
+
+# -- what the chart renders ------------------------------------------------------------------
+
+def test_default_values_render_the_objects_deploy_applies(
+        cluster: Cluster, helm: Helm, tmp_path: Path) -> None:
+    """One truth: the chart's defaults are deploy/, object for object and field for field."""
+    kustomized = by_key(documents(cluster.require_plane().kubectl(
+        "kustomize", str(REPO / "deploy")).stdout))
+    charted = by_key(documents(template(helm, tmp_path)))
+    # `helm install --create-namespace` owns the namespace; a chart that also rendered it
+    # could not be installed into it. Everything else must match.
+    assert kustomized.pop(("Namespace", None, "configmirror"))
+    assert sorted(charted, key=str) == sorted(kustomized, key=str)
+    diffs = []
+    for key, expected in kustomized.items():
+        want = with_image_placeholder(expected)
+        got = with_image_placeholder(without_helm_labels(charted[key]))
+        if got != want:
+            diffs.append(f"{key}:\n{yaml_diff(want, got)}")
+    assert not diffs, ("the chart's defaults differ from deploy/ (change charts/configmirror "
+                       "in step with deploy/):\n" + "\n".join(diffs))
+
+
+def test_default_image_is_configmirrors_own_version(helm: Helm, tmp_path: Path) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert chart["appVersion"] == __version__
+    image = container(documents(template(helm, tmp_path)))["image"]
+    assert image == f"{values['image']['repository']}:{__version__}"
+
+
+def test_helm_labels_are_on_every_object(helm: Helm, tmp_path: Path) -> None:
+    """What `without_helm_labels` strips is there to strip (or the comparison proves less)."""
+    for obj in documents(template(helm, tmp_path)):
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == "configmirror", obj["metadata"]["name"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", obj["metadata"]["name"]
+
+
+def test_defaults_pass_no_optional_flag(helm: Helm, tmp_path: Path) -> None:
+    args = container(documents(template(helm, tmp_path)))["args"]
+    assert args == ["run", "--leader-elect", "--log-format=json", "--metrics-bind-address=:8080",
+                    "--health-probe-bind-address=:8081"]
+
+
+def test_values_become_flags_and_extra_args_come_last(helm: Helm, tmp_path: Path) -> None:
+    values = {**VARIANTS["every-flag"], **VARIANTS["secrets"]}
+    objects = documents(template(helm, tmp_path, values, release="platform"))
+    c = container(objects)
+    assert c["args"] == [
+        "run", "--leader-elect", "--leader-election-id=platform-configmirror",
+        "--log-format=json", "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081",
+        "--workers=8",
+        "--source-namespaces=team-*,!team-legacy",
+        "--source-namespace-selector=configmirror.io/sources=true,env in (prod,staging)",
+        "--exclude-namespaces=kube-system,sandbox-*",
+        "--drop-labels=argocd.argoproj.io/*",
+        "--drop-annotations=kubectl.kubernetes.io/*,example.com/secret-ish",
+        "--secret-names=wildcard-tls,registry-credentials",
+        "--secret-source-namespaces=platform,infra-*",
+        "--log-level=debug", "--max-retries=8",
+    ]
+    assert c["image"] == "registry.example.com/configmirror:1.2"
+    assert c["imagePullPolicy"] == "Always"
+    assert c["env"][1:] == [{"name": "CONFIGMIRROR_RESYNC_PERIOD", "value": "300"}]
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"] == values["tolerations"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in pod["affinity"]["podAntiAffinity"]
+
+
+def test_one_pod_without_leader_election_renders_no_lease_rbac(
+        helm: Helm, tmp_path: Path) -> None:
+    objects = documents(template(helm, tmp_path, VARIANTS["one-pod"]))
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+                     "ServiceAccount"]
+    assert "--leader-elect" not in container(objects)["args"]
+    assert "affinity" not in one(objects, "Deployment")["spec"]["template"]["spec"]
+
+
+def test_affinity_replaces_the_anti_affinity_preset(helm: Helm, tmp_path: Path) -> None:
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "node-role.kubernetes.io/platform", "operator": "Exists"}]}]}}}
+    objects = documents(template(helm, tmp_path, {"affinity": affinity}))
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["affinity"] == affinity
+
+
+def test_service_monitor_is_rendered_only_when_enabled(helm: Helm, tmp_path: Path) -> None:
+    assert "ServiceMonitor" not in {o["kind"] for o in documents(template(helm, tmp_path))}
+    objects = documents(template(helm, tmp_path, SERVICE_MONITOR, namespace="monitoring-test"))
+    monitor, service = one(objects, "ServiceMonitor"), one(objects, "Service")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items(), "selects the Service"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["monitoring-test"]}
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["interval"] == "30s"
+
+
+# -- against the apiserver -------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rendered_manifest_passes_server_side_dry_run(
+        cluster: Cluster, helm: Helm, namespace: str, tmp_path: Path, variant: str) -> None:
+    plane = cluster.require_plane()
+    manifest = template(helm, tmp_path, VARIANTS[variant], release=unique_name("dry"),
+                        namespace=namespace)
+    done = plane.kubectl("apply", "--dry-run=server", "-f", "-", input=manifest)
+    applied = [line for line in done.stdout.splitlines() if line.strip()]
+    assert len(applied) == len(documents(manifest)), done.stdout
+    assert all(line.endswith("(server dry run)") for line in applied), done.stdout
+
+
+def test_helm_install_server_dry_run_passes_and_creates_nothing(
+        cluster: Cluster, helm: Helm, namespace: str, tmp_path: Path) -> None:
+    release = unique_name("dry")
+    done = helm("install", release, str(CHART), "--namespace", namespace, "--dry-run=server",
+                *values_file(VARIANTS["secrets"], tmp_path), kubeconfig=cluster.kubeconfig)
+    assert "STATUS: pending-install" in done.stdout, done.stdout
+    assert f"name: {release}-configmirror-secrets" in done.stdout
+    assert helm_objects(cluster, release) == set()
+
+
+def test_install_with_a_bad_value_fails_before_creating_anything(
+        cluster: Cluster, helm: Helm, namespace: str, tmp_path: Path) -> None:
+    release = unique_name("bad")
+    done = helm("install", release, str(CHART), "--namespace", namespace,
+                *values_file({"replicas": 0}, tmp_path), kubeconfig=cluster.kubeconfig,
+                check=False)
+    assert done.returncode != 0 and "/replicas" in done.stderr, done.stderr
+    assert helm_objects(cluster, release) == set()
+    assert cluster.core.list_namespaced_secret(namespace).items == [], "no release record"
+
+
+def helm_objects(cluster: Cluster, release: str) -> set[str]:
+    """Every object labelled with Helm release `release`, cluster-scoped or not."""
+    done = cluster.require_plane().kubectl(
+        "get", "--all-namespaces", "-o", "name",
+        "-l", f"app.kubernetes.io/instance={release}",
+        "clusterroles,clusterrolebindings,serviceaccounts,roles,rolebindings,"
+        "deployments,poddisruptionbudgets,services")
+    return set(done.stdout.split())
+
+
+def cluster_scoped_objects(cluster: Cluster) -> set[str]:
+    """The name of every object of every listable cluster-scoped kind."""
+    plane = cluster.require_plane()
+    kinds = plane.kubectl("api-resources", "--namespaced=false", "--verbs=list",
+                          "-o", "name").stdout.split()
+    return set(plane.kubectl("get", ",".join(kinds), "-o", "name").stdout.split())
+
+
+def test_install_then_uninstall_leaves_no_cluster_scoped_objects(
+        cluster: Cluster, helm: Helm, namespace: str, tmp_path: Path) -> None:
+    release = unique_name("cm")
+    before = cluster_scoped_objects(cluster)
+    helm("install", release, str(CHART), "--namespace", namespace,
+         *values_file(VARIANTS["secrets"], tmp_path), kubeconfig=cluster.kubeconfig)
+    fullname = f"{release}-configmirror"
+    # The chart's ClusterRoles and bindings, and what the apiserver made for it (the
+    # Service's ClusterIP is an IPAddress object): all must go with the release.
+    added = cluster_scoped_objects(cluster) - before
+    assert {f"clusterrole.rbac.authorization.k8s.io/{fullname}",
+            f"clusterrole.rbac.authorization.k8s.io/{fullname}-secrets",
+            f"clusterrolebinding.rbac.authorization.k8s.io/{fullname}",
+            f"clusterrolebinding.rbac.authorization.k8s.io/{fullname}-secrets"} <= added, added
+    assert f"deployment.apps/{fullname}" in helm_objects(cluster, release)
+
+    helm("uninstall", release, "--namespace", namespace, kubeconfig=cluster.kubeconfig)
+    with contextlib.suppress(WaitTimeout):  # the assertions below say what is left
+        wait_for(lambda: not cluster_scoped_objects(cluster) - before
+                 and not helm_objects(cluster, release), timeout=30, what="uninstall")
+    assert cluster_scoped_objects(cluster) - before == set(), "cluster-scoped leftovers"
+    assert helm_objects(cluster, release) == set(), "leftovers in the release's namespace"
+    assert cluster.core.list_namespaced_secret(namespace).items == [], "no release record left"
+
+
+# -- Secrets RBAC, for real ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def secrets_rbac(cluster: Cluster, helm: Helm,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The chart with Secrets on, applied for real; yields a kubeconfig of its ServiceAccount."""
+    plane = cluster.require_plane()
+    folder = tmp_path_factory.mktemp("secrets-rbac")
+    namespaces = Namespaces(cluster, "t-chart-secrets")
+    release = unique_name("sec")
+    try:
+        namespace = namespaces()
+        manifest = template(helm, folder, VARIANTS["secrets"], release=release,
+                            namespace=namespace)
+        try:
+            plane.kubectl("apply", "-f", "-", input=manifest)
+            yield cluster.token_kubeconfig(namespace, f"{release}-configmirror",
+                                           folder / "kubeconfig")
+        finally:
+            plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=manifest)
+    finally:
+        namespaces.cleanup()
+
+
+@pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [
+    *[(verb, f"secrets/{name}", "default", True)
+      for verb in ("get", "list", "watch", "update", "delete") for name in SECRET_NAMES],
+    ("list", "secrets/wildcard-tls", None, True),
+    ("watch", "secrets/registry-credentials", None, True),
+    ("create", "secrets", "default", True),
+    # Another name, any name, or every Secret: denied.
+    ("get", "secrets/db-password", "default", False),
+    ("update", "secrets/db-password", "default", False),
+    ("delete", "secrets/db-password", "default", False),
+    ("get", "secrets", "default", False),
+    ("list", "secrets", "default", False),
+    ("list", "secrets", None, False),
+    ("watch", "secrets", None, False),
+    ("patch", "secrets/wildcard-tls", "default", False),
+    ("deletecollection", "secrets", "default", False),
+])
+def test_secrets_rbac_grants_exactly_the_listed_names(
+        cluster: Cluster, secrets_rbac: Path, verb: str, resource: str,
+        namespace: str | None, allowed: bool) -> None:
+    scope = ["--namespace", namespace] if namespace else ["--all-namespaces"]
+    done = cluster.require_plane().kubectl("auth", "can-i", verb, resource, *scope,
+                                           kubeconfig=secrets_rbac, check=False)
+    assert done.stdout.strip() == ("yes" if allowed else "no"), done.stdout + done.stderr
+
+
+def test_secrets_rbac_lets_a_list_by_name_through_and_no_other(
+        cluster: Cluster, secrets_rbac: Path) -> None:
+    """A list by metadata.name (how a client watches only named Secrets) passes for a listed
+    name; another name, or every Secret, is forbidden."""
+    core = client.CoreV1Api(config.new_client_from_config(str(secrets_rbac)))
+    core.list_secret_for_all_namespaces(field_selector="metadata.name=wildcard-tls")
+    with pytest.raises(client.ApiException) as denied:
+        core.list_secret_for_all_namespaces(field_selector="metadata.name=db-password")
+    assert denied.value.status == 403
+    with pytest.raises(client.ApiException) as denied:
+        core.list_secret_for_all_namespaces()
+    assert denied.value.status == 403
