@@ -5,4 +5,5 @@
 - `scrape`: one parser of the Prometheus text format, with an atomic "idle" reading
 - `wait`: one `wait_for(condition, timeout)` with a deadline
 - `objects`: ConfigMap bodies, and kubeconfigs holding only one ServiceAccount's token
+- `pod`: a Deployment's pod run by Docker the way a kubelet runs it (the image's tests)
 """
