@@ -83,6 +83,8 @@ bench: $(STAMP) ## benchmarks; each prints ratios against a baseline measured in
 	cd bench && ../$(PY) bench_churn.py
 	cd bench && ../$(PY) bench_latency.py
 	cd bench && ../$(PY) bench_memory.py
+	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory image && \
+	  cd bench && ../$(PY) bench_pod.py; else echo "bench: no Docker daemon; skipping bench_pod.py"; fi
 
 .PHONY: run
 run: $(STAMP) ## run the operator on the current kubeconfig context (Ctrl-C stops it)

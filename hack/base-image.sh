@@ -27,7 +27,7 @@ echo "base-image: building $image from Debian bookworm packages (python3, python
 # minbase: essential packages and apt only; no recommended packages, no documentation,
 # manual pages or translations. A merged /usr made by mmdebstrap's hook, as in Debian's own
 # images, spares the usrmerge package and the perl it needs.
-mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
   --aptopt='APT::Install-Recommends "false"' \
   --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
