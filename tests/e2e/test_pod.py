@@ -11,6 +11,7 @@ the pods verify against the mounted `ca.crt`, as in a cluster.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import subprocess
@@ -30,6 +31,7 @@ from configmirror_testing.pod import (
     PodTemplate,
     ServiceAccountVolume,
     build_image,
+    docker,
     memory_bytes,
     remove_image,
 )
@@ -173,6 +175,18 @@ def replicate(cluster: Cluster, namespaces: Namespaces, name: str = "cfg") -> tu
     cluster.core.create_namespaced_config_map(
         source, configmap(name, {REPLICATE_TO: target}, data={"v": "1"}))
     return source, target
+
+
+def test_the_image_runs_configmirror_from_its_venv_with_no_installer_compiler_or_tests(
+        image: str) -> None:
+    """What the image's Python (the one `configmirror` runs with) can import and run."""
+    check = ("import importlib.util as u, json, shutil; print(json.dumps([sorted(m for m in "
+             "('configmirror', 'configmirror_testing', 'tests', 'pytest', 'pip', 'setuptools') "
+             "if u.find_spec(m)), sorted(c for c in ('gcc', 'cc', 'clang') if shutil.which(c))]))")
+    done = docker("run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c",
+                  check)
+    modules, compilers = json.loads(done.stdout)
+    assert (modules, compilers) == (["configmirror"], [])
 
 
 def test_pod_is_ready_under_the_manifests_security_context_and_limits(
