@@ -9,14 +9,19 @@ ARG BASE_IMAGE=python:3.11.14-slim-bookworm
 
 # -- build: install the host-built wheels into a venv, offline -------------------------------
 FROM ${BASE_IMAGE} AS build
-COPY build/image/wheels/ /wheels/
-# The venv's pip comes from ensurepip (no network). Once the wheels are in, out go the
-# installer (pip, setuptools) and what configmirror never imports: the client's asyncio
-# flavour (kubernetes.aio) and the aiohttp stack only it needs, about 85 MB of 165. The
-# import at the end proves the operator still loads.
+# The dependencies first, in a layer of their own: a change to configmirror alone reuses it.
+# The venv's pip comes from ensurepip (no network).
+COPY build/image/wheels/deps/ /wheels/deps/
 RUN python3 -m venv /opt/configmirror \
     && /opt/configmirror/bin/pip install --no-cache-dir --no-index \
-       --disable-pip-version-check --find-links /wheels configmirror \
+       --disable-pip-version-check /wheels/deps/*.whl
+# Then configmirror. Once pip check is happy, out go the installer (pip, setuptools) and what
+# configmirror never imports: the client's asyncio flavour (kubernetes.aio) and the aiohttp
+# stack only it needs, about 85 MB of 165. The import at the end proves the operator loads.
+COPY build/image/wheels/app/ /wheels/app/
+RUN /opt/configmirror/bin/pip install --no-cache-dir --no-index --no-deps \
+       --disable-pip-version-check /wheels/app/*.whl \
+    && /opt/configmirror/bin/pip check --disable-pip-version-check \
     && rm -rf /opt/configmirror/lib/python3*/site-packages/kubernetes/aio \
     && /opt/configmirror/bin/pip uninstall --yes --disable-pip-version-check \
        aiohttp aiohttp-retry aiohappyeyeballs aiosignal attrs frozenlist multidict propcache \

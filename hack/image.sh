@@ -29,14 +29,16 @@ fi
 read -r pyver arch < <(docker run --rm --network none --entrypoint python3 "$base" -c \
   'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}", platform.machine())')
 echo "image: $image on $base (Python $pyver, $arch)" >&2
+# configmirror's wheel in app/, its dependencies in deps/ (the Dockerfile installs them in
+# two layers). SOURCE_DATE_EPOCH fixes the wheel's zip times: same source, same bytes, so
+# Docker's cache reuses the install instead of piling up a new layer per build.
 rm -rf "$wheels"
-mkdir -p "$wheels"
-# Same source, same wheel bytes (zip times from the last commit), so Docker's layer cache
-# reuses the install step instead of piling up a new one per build.
-export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 315532800)}
-"$python" -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$wheels" .
-"$python" -m pip download --quiet --disable-pip-version-check --dest "$wheels" \
+mkdir -p "$wheels/app" "$wheels/deps"
+SOURCE_DATE_EPOCH=315532800 "$python" -m pip wheel --quiet --disable-pip-version-check \
+  --no-deps --wheel-dir "$wheels/app" .
+"$python" -m pip download --quiet --disable-pip-version-check --dest "$wheels/deps" \
   --only-binary=:all: --implementation cp --python-version "$pyver" \
   --platform "manylinux2014_$arch" --platform "manylinux_2_28_$arch" \
-  "$wheels"/configmirror-*.whl
+  "$wheels"/app/configmirror-*.whl
+rm "$wheels"/deps/configmirror-*.whl
 docker build --build-arg BASE_IMAGE="$base" --tag "$image" .
