@@ -64,13 +64,17 @@ class PodBench:
         return pod
 
     def close(self) -> None:
-        for pod in self.pods:
-            if pod.running():
-                pod.stop()
-            pod.remove()
-        self.cluster.close()
-        self.plane.stop()
-        self.network.remove()
+        try:
+            for pod in self.pods:
+                try:
+                    if pod.running():
+                        pod.stop()
+                finally:
+                    pod.remove()
+        finally:
+            self.cluster.close()
+            self.plane.stop()
+            self.network.remove()
 
 
 def main() -> None:
