@@ -19,12 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from configmirror.kube import ApiError, Kube, load_configuration
-from configmirror.replication import (
-    REPLICA_LABEL,
-    REPLICATE_TO,
-    configmap_from_json,
-    desired_replica,
-)
+from configmirror.model import REPLICA_LABEL, configmap_from_json
+from configmirror.plan import desired_body
+from configmirror.spec import REPLICATE_TO
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.wait import wait_for
@@ -262,8 +259,7 @@ def replica_body(source_namespace: str, name: str, namespace: str,
                         "annotations": {REPLICATE_TO: "*"}},
            "data": {"payload": "x" * payload}}
     source = configmap_from_json(raw)
-    assert source.source is not None
-    return desired_replica(source.source, source.key, namespace, name)
+    return desired_body(source, namespace)
 
 
 def wait(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> float:

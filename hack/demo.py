@@ -41,8 +41,7 @@ def main() -> int:
             print(plane.kubectl("apply", "-f", str(EXAMPLES / "source.yaml")).stdout, end="")
             replicas = wait_for_replicas(plane, expected=3)
             print("\ndemo: configmirror replicated platform/shared-ca:\n" + replicas)
-            print("demo: Events on the source:\n" +
-                  plane.kubectl("get", "events", "-n", "platform").stdout)
+            print("demo: Events on the source:\n" + wait_for_events(plane))
             print(f"demo: explore it:  export KUBECONFIG={plane.kubeconfig}")
             print(f"demo: operator log: {log}")
             if not args.once:
@@ -54,6 +53,21 @@ def main() -> int:
             code = operator.stop(30)
             print(f"demo: operator exited with {code}; stopping the control plane")
     return 0 if code == 0 else 1
+
+
+def wait_for_events(plane: ControlPlane, timeout: float = 30) -> str:
+    """The source's Events once its `Replicated` Event is written (the operator writes one
+    per change, a moment after the last replica)."""
+    table = ""
+
+    def replicated() -> bool:
+        nonlocal table
+        table = plane.kubectl("get", "events", "-n", "platform").stdout
+        return "Replicated" in table
+
+    with contextlib.suppress(WaitTimeout):
+        wait_for(replicated, timeout, "the Replicated Event", interval=0.2)
+    return table
 
 
 def wait_for_replicas(plane: ControlPlane, expected: int, timeout: float = 30) -> str:

@@ -21,23 +21,25 @@ from typing import Any, NoReturn
 
 from configmirror import __version__
 from configmirror.informer import Informer
-from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
-from configmirror.replication import (
-    BY_REPLICA_OF,
+from configmirror.kube import (
     CONFIGMAPS,
     NAMESPACES,
-    ConfigMap,
-    InvalidSpec,
-    Namespace,
-    ReplicationPlan,
-    Scope,
-    all_sources,
-    configmap_from_json,
-    configmap_indexers,
-    namespace_from_json,
-    plan_source,
+    ApiError,
+    ConfigError,
+    Kube,
+    load_configuration,
 )
+from configmirror.model import (
+    CachedObject,
+    Caches,
+    Namespace,
+    configmap_transform,
+    namespace_from_json,
+    object_indexers,
+)
+from configmirror.plan import ReplicationPlan, plan_source
 from configmirror.settings import Settings
+from configmirror.spec import InvalidSpec, ReplicaRules, Scope
 from configmirror.store import Store
 
 ENV_PREFIX = "CONFIGMIRROR_"
@@ -90,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
              "namespaces whose sources are honoured (globs, ! excludes)")
         _add(p, "--exclude-namespaces", d.exclude_namespaces,
              "namespaces that never receive replicas (globs)")
+        _add(p, "--drop-labels", d.drop_labels, "label keys never copied to a replica (globs, "
+             "! excludes; replaces the default list, which holds the keys by which Argo CD, "
+             "Flux and Helm claim objects; '' drops nothing)")
+        _add(p, "--drop-annotations", d.drop_annotations, "annotation keys never copied to a "
+             "replica (globs; replaces the default list, the same as --drop-labels's)")
         _add(p, "--log-format", d.log_format, "log format", choices=("text", "json"))
         _add(p, "--log-level", d.log_level, "log level",
              choices=("debug", "info", "warning", "error"))
@@ -112,6 +119,10 @@ def _parser() -> argparse.ArgumentParser:
     _add(run, "--drain-timeout", d.drain_timeout,
          "seconds in-flight reconciles may take to finish on SIGTERM", float)
     _add(run, "--dry-run", d.dry_run, "decide and log every write, perform none", bool)
+    _add(run, "--kube-api-qps", d.kube_api_qps, "requests per second to the API server, "
+         "shared by every request (0: no client-side limit)", float)
+    _add(run, "--kube-api-burst", d.kube_api_burst, "requests allowed above --kube-api-qps "
+         "in a burst", int)
 
     plan = commands.add_parser("plan", help="print what run would change, change nothing; "
                                "exit 0 when in sync, 2 when not")
@@ -149,12 +160,17 @@ def _settings(args: argparse.Namespace) -> Settings:
         raise UsageError(f"--max-retries must be at least 1, got {settings.max_retries}")
     if settings.resync_period < 0:
         raise UsageError(f"--resync-period must not be negative, got {settings.resync_period}")
+    if settings.kube_api_qps < 0:
+        raise UsageError(f"--kube-api-qps must not be negative, got {settings.kube_api_qps}")
+    if settings.kube_api_burst < 1:
+        raise UsageError(f"--kube-api-burst must be at least 1, got {settings.kube_api_burst}")
     for flag in ("metrics_bind_address", "health_probe_bind_address"):
         address = getattr(settings, flag)
         if address not in ("", "0") and not address.rpartition(":")[2].isdigit():
             raise UsageError(f"--{flag.replace('_', '-')} must be host:port or '0', "
                              f"got {address!r}")
     _scope(settings)
+    _rules(settings)
     return settings
 
 
@@ -165,9 +181,17 @@ def _scope(settings: Settings) -> Scope:
         raise UsageError(str(err)) from None
 
 
-def _connect(settings: Settings, pool_size: int) -> Kube:
+def _rules(settings: Settings) -> ReplicaRules:
+    try:
+        return ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations)
+    except InvalidSpec as err:
+        raise UsageError(str(err)) from None
+
+
+def _connect(settings: Settings, pool_size: int, limited: bool = True) -> Kube:
     configuration = load_configuration(settings.kubeconfig, settings.context, pool_size)
-    kube = Kube(configuration, user_agent=f"configmirror/{__version__}")
+    kube = Kube(configuration, user_agent=f"configmirror/{__version__}",
+                qps=settings.kube_api_qps if limited else 0.0, burst=settings.kube_api_burst)
     try:
         kube.request("get", "/version", timeout=10)
     except ApiError as err:
@@ -197,24 +221,22 @@ def _run(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     settings = _settings(args)
     scope = _scope(settings)
-    kube = _connect(settings, pool_size=2)
-    configmaps: Store[ConfigMap] = Store(configmap_indexers())
-    namespaces: Store[Namespace] = Store()
+    kube = _connect(settings, pool_size=2, limited=False)
+    caches = Caches(Store[CachedObject](object_indexers()), Store[Namespace]())
     try:
-        Informer(kube, CONFIGMAPS, configmap_from_json, configmaps, _ignore,
-                 "configmaps").list_once()
-        Informer(kube, NAMESPACES, namespace_from_json, namespaces, _ignore,
+        Informer(kube, CONFIGMAPS.collection(), configmap_transform(_rules(settings)),
+                 caches.objects, _ignore, "configmaps").list_once()
+        Informer(kube, NAMESPACES, namespace_from_json, caches.namespaces, _ignore,
                  "namespaces").list_once()
     except ApiError as err:
         raise UsageError(f"cannot list {err}") from None
     finally:
         kube.close()
-    keys = {cm.key for cm in all_sources(configmaps)}
-    keys |= set(configmaps.index_values(BY_REPLICA_OF))
+    keys = {source.key for source in caches.sources()} | set(caches.replicated_sources())
     if args.namespace:
         keys = {k for k in keys if k.split("/", 1)[0] == args.namespace}
-    plans = [plan_source(key, configmaps.get(key), namespaces.values(), configmaps.get,
-                         configmaps.by_index(BY_REPLICA_OF, key), scope)
+    plans = [plan_source(key, caches.get(key), caches.all_namespaces(), caches.get,
+                         caches.replicas_of(key), scope)
              for key in sorted(keys)]
     in_sync = all(p.in_sync for p in plans)
     if args.output == "json":

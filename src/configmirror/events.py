@@ -1,8 +1,11 @@
-"""Kubernetes Events on the objects we act for, aggregated so nothing floods the Events API.
+"""Kubernetes Events on the objects we act for, written off the worker threads.
 
-One Event per distinct (object, type, reason, message); a repeat patches its count and
-lastTimestamp (client-go's EventCorrelator does the same). Recording never fails the caller:
-a lost Event is logged, and the reconcile goes on.
+Modelled on client-go's broadcaster: callers queue an Event and return at once; one thread
+of the recorder's own writes them. It aggregates (one Event per distinct object, type, reason
+and message; a repeat patches its count, as client-go's EventCorrelator does), tallies (counts
+that many reconciles add to, written as one Event once the object has been quiet for a moment:
+one `Replicated` per source change, not one per replica), retries while the server does not
+answer, and drops an Event only when its queue is full (counted, logged once).
 """
 
 from __future__ import annotations
@@ -11,15 +14,20 @@ import logging
 import secrets
 import socket
 import threading
-from collections import OrderedDict
-from dataclasses import dataclass
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from configmirror.kube import ApiError, Kube
+from configmirror.clock import Clock, RealClock
+from configmirror.kube import EVENTS, ApiError, Failure, Kube
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE = 1024
+QUIET = 2.0          # seconds without a new count before a tally is written
+MAX_TALLY_AGE = 60.0  # a tally that keeps growing is written at least this often
+RETRY_MIN, RETRY_MAX = 0.5, 30.0
 
 
 class Referable(Protocol):
@@ -45,8 +53,67 @@ class ObjectRef:
     api_version: str = "v1"
 
     @classmethod
-    def of(cls, obj: Referable) -> ObjectRef:
-        return cls(obj.namespace, obj.name, obj.uid, obj.resource_version)
+    def of(cls, obj: Referable, kind: str = "ConfigMap") -> ObjectRef:
+        return cls(obj.namespace, obj.name, obj.uid, obj.resource_version, kind)
+
+
+@dataclass(frozen=True)
+class _Event:
+    ref: ObjectRef
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass
+class _Tally:
+    ref: ObjectRef
+    render: Callable[[dict[str, int]], str]
+    first: float
+    last: float
+    items: dict[str, set[str]] = field(default_factory=dict)
+
+    def message(self) -> str:
+        return self.render({kind: len(items) for kind, items in self.items.items()})
+
+
+class Tallies:
+    """Counts per (object, reason), due once quiet for `quiet` seconds or `max_age` old.
+
+    Not thread-safe by itself: the recorder holds its lock around every call.
+    """
+
+    def __init__(self, clock: Clock, quiet: float = QUIET, max_age: float = MAX_TALLY_AGE):
+        self._clock = clock
+        self._quiet = quiet
+        self._max_age = max_age
+        self._open: dict[tuple[str, str], _Tally] = {}
+
+    def add(self, ref: ObjectRef, reason: str, kind: str, item: str,
+            render: Callable[[dict[str, int]], str]) -> None:
+        now = self._clock.now()
+        tally = self._open.get((ref.uid, reason))
+        if tally is None:
+            tally = self._open[(ref.uid, reason)] = _Tally(ref, render, now, now)
+        tally.ref, tally.render, tally.last = ref, render, now
+        tally.items.setdefault(kind, set()).add(item)
+
+    def due(self, flush_all: bool = False) -> list[_Event]:
+        """Take the tallies that are due (all of them with `flush_all`) as Events."""
+        now = self._clock.now()
+        done = [key for key, t in self._open.items() if flush_all or now - t.last >= self._quiet
+                or now - t.first >= self._max_age]
+        return [_Event(t.ref, "Normal", reason, t.message())
+                for (_, reason), t in ((k, self._open.pop(k)) for k in done)]
+
+    def next_due_in(self) -> float | None:
+        """Seconds until the next tally is due, or None with none open."""
+        now = self._clock.now()
+        return min((max(min(t.last + self._quiet, t.first + self._max_age) - now, 0.0)
+                    for t in self._open.values()), default=None)
+
+    def __len__(self) -> int:
+        return len(self._open)
 
 
 @dataclass
@@ -56,75 +123,163 @@ class _Recorded:
 
 
 class EventRecorder:
-    """Writes core/v1 Events, one per distinct message per object, counted."""
+    """Queues Events and writes them from its own thread, which its owner starts and stops."""
 
     def __init__(self, kube: Kube, component: str = "configmirror",
-                 instance: str | None = None, max_remembered: int = 4096) -> None:
+                 instance: str | None = None, max_queued: int = 1024,
+                 max_remembered: int = 4096, clock: Clock | None = None,
+                 on_dropped: Callable[[], None] | None = None) -> None:
         self._kube = kube
         self._component = component
         self._instance = instance or socket.gethostname()
-        self._max = max_remembered
+        self._max_queued = max_queued
+        self._max_remembered = max_remembered
+        self._clock = clock or RealClock()
+        self._on_dropped = on_dropped
+        self._cond = threading.Condition()
+        self._queue: deque[_Event] = deque()
+        self._tallies = Tallies(self._clock)
+        self._writing = 0  # an Event taken from the queue and not yet written
+        # (uid, type, reason, message) -> the Event written for it, to patch its count.
         self._recorded: OrderedDict[tuple[str, str, str, str], _Recorded] = OrderedDict()
-        self._lock = threading.Lock()
+        self._stopping = False
+        self._dropping = False
         self._failing = False
+        self._thread: threading.Thread | None = None
+
+    # -- what callers use (never blocks on the API) ----------------------------------------
 
     def normal(self, ref: ObjectRef, reason: str, message: str) -> None:
-        self._record(ref, "Normal", reason, message)
+        self._put(_Event(ref, "Normal", reason, message[:MAX_MESSAGE]))
 
     def warning(self, ref: ObjectRef, reason: str, message: str) -> None:
-        self._record(ref, "Warning", reason, message)
+        self._put(_Event(ref, "Warning", reason, message[:MAX_MESSAGE]))
 
-    def _record(self, ref: ObjectRef, type_: str, reason: str, message: str) -> None:
-        message = message[:MAX_MESSAGE]
-        key = (ref.uid, type_, reason, message)
+    def tally(self, ref: ObjectRef, reason: str, kind: str, item: str,
+              render: Callable[[dict[str, int]], str]) -> None:
+        """Count `item` under `kind` for `ref`; one Normal `reason` Event, rendered from the
+        counts, follows once `ref` has had no new count for a moment."""
+        with self._cond:
+            self._tallies.add(ref, reason, kind, item, render)
+            self._cond.notify()
+
+    def pending(self) -> int:
+        """Events queued or being written, and tallies not yet written."""
+        with self._cond:
+            return len(self._queue) + len(self._tallies) + self._writing
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="event-recorder")
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Write what is queued (tallies too) for up to `timeout` seconds, then stop."""
+        with self._cond:
+            self._stopping = True
+            self._queue.extend(self._tallies.due(flush_all=True))
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                with self._cond:
+                    lost = len(self._queue)
+                    self._queue.clear()
+                    self._cond.notify()
+                self._thread.join(timeout)
+                log.warning("stopped with %d Events unwritten", lost)
+
+    # -- the writer thread --------------------------------------------------------------------
+
+    def _put(self, event: _Event) -> None:
+        with self._cond:
+            if len(self._queue) >= self._max_queued:
+                if not self._dropping:
+                    log.warning("Event queue full (%d): dropping Events until it drains",
+                                self._max_queued)
+                    self._dropping = True
+                if self._on_dropped is not None:
+                    self._on_dropped()
+                return
+            self._dropping = False
+            self._queue.append(event)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        delay = RETRY_MIN
+        while True:
+            with self._cond:
+                self._queue.extend(self._tallies.due(flush_all=self._stopping))
+                while not self._queue:
+                    if self._stopping:
+                        return
+                    self._cond.wait(self._tallies.next_due_in())
+                    self._queue.extend(self._tallies.due(flush_all=self._stopping))
+                event = self._queue.popleft()
+                self._writing = 1
+            try:
+                written = self._write(event)
+            finally:
+                with self._cond:
+                    self._writing = 0
+            if written:
+                delay = RETRY_MIN
+                continue
+            # The server does not answer: keep the Event first in line and wait a while.
+            with self._cond:
+                if self._stopping:
+                    return  # no server to flush to
+                self._queue.appendleft(event)
+                self._cond.wait(delay)
+            delay = min(delay * 2, RETRY_MAX)
+
+    def _write(self, event: _Event) -> bool:
+        """Write one Event; False when the server did not answer (worth another try)."""
+        ref = event.ref
+        key = (ref.uid, event.type, event.reason, event.message)
+        seen = self._recorded.get(key)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        with self._lock:
-            seen = self._recorded.get(key)
-            if seen is not None:
-                seen.count += 1
-                self._recorded.move_to_end(key)
-                count, name = seen.count, seen.name
-            else:
-                count, name = 1, f"{ref.name}.{secrets.token_hex(8)}"
-                self._recorded[key] = _Recorded(name, 1)
-                while len(self._recorded) > self._max:
-                    self._recorded.popitem(last=False)
-        path = f"/api/v1/namespaces/{ref.namespace}/events"
+        path = EVENTS.collection(ref.namespace)
         try:
-            if count > 1:
+            if seen is not None:
                 try:
-                    self._kube.request("patch", f"{path}/{name}",
-                                       body={"count": count, "lastTimestamp": now},
+                    self._kube.request("patch", f"{path}/{seen.name}",
+                                       body={"count": seen.count + 1, "lastTimestamp": now},
                                        content_type="application/merge-patch+json")
-                    self._ok()
-                    return
+                    seen.count += 1
+                    self._recorded.move_to_end(key)
+                    self._failing = False
+                    return True
                 except ApiError as err:
-                    if err.status != 404:  # the Event expired (TTL): write a new one
+                    if err.failure is not Failure.NOT_FOUND:  # expired (TTL): write anew
                         raise
-            self._kube.request("create", path, body=self._event(ref, name, type_, reason,
-                                                                message, count, now))
-            self._ok()
+            name = f"{ref.name}.{secrets.token_hex(8)}"
+            self._kube.request("create", path, body=self._body(event, name, now))
+            self._recorded[key] = _Recorded(name, 1)
+            while len(self._recorded) > self._max_remembered:
+                self._recorded.popitem(last=False)
+            self._failing = False
+            return True
         except ApiError as err:
             if not self._failing:
                 log.warning("cannot record Event %s on %s/%s: %s (further failures are "
-                            "logged at debug level)", reason, ref.namespace, ref.name, err)
+                            "logged at debug level)", event.reason, ref.namespace, ref.name, err)
                 self._failing = True
             else:
-                log.debug("cannot record Event %s on %s/%s: %s", reason, ref.namespace,
+                log.debug("cannot record Event %s on %s/%s: %s", event.reason, ref.namespace,
                           ref.name, err)
+            return err.failure is not Failure.UNAVAILABLE  # anything else: drop it
 
-    def _ok(self) -> None:
-        self._failing = False
-
-    def _event(self, ref: ObjectRef, name: str, type_: str, reason: str, message: str,
-               count: int, now: str) -> dict[str, Any]:
+    def _body(self, event: _Event, name: str, now: str) -> dict[str, Any]:
+        ref = event.ref
         return {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name, "namespace": ref.namespace},
             "involvedObject": {"kind": ref.kind, "apiVersion": ref.api_version,
                                "namespace": ref.namespace, "name": ref.name, "uid": ref.uid,
                                "resourceVersion": ref.resource_version},
-            "type": type_, "reason": reason, "message": message, "count": count,
+            "type": event.type, "reason": event.reason, "message": event.message, "count": 1,
             "firstTimestamp": now, "lastTimestamp": now,
             "source": {"component": self._component},
             "reportingComponent": self._component, "reportingInstance": self._instance,

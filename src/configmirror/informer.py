@@ -5,6 +5,11 @@ timeout (a dead connection is noticed), bookmarks, reconnecting from the last re
 without relisting when a stream ends, a relist diffed against the cache after 410 Gone (with
 delete notifications for objects that vanished in the gap), backoff with jitter, one log line
 per outage instead of one per retry, and resync from the cache without any API call.
+
+Two threads, both its own: the reader lists and watches and is the only writer of the store;
+the dispatcher calls the handler, in order, for every change and for the periodic resync
+(client-go's processorListener), so a handler never runs on two threads at once and never
+holds up the watch.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -68,7 +74,9 @@ class Informer(Generic[T]):
     def __init__(self, kube: Kube, path: str, transform: Callable[[dict[str, Any]], T],
                  store: Store[T], handler: Handler[T], name: str,
                  metrics: Metrics | None = None, clock: Clock | None = None,
-                 page_size: int = 500, min_watch_timeout: int = MIN_WATCH_TIMEOUT) -> None:
+                 page_size: int = 500, min_watch_timeout: int = MIN_WATCH_TIMEOUT,
+                 resync_period: float = 0.0,
+                 on_recovered: Callable[[], None] | None = None) -> None:
         self.name = name
         self.store = store
         self._kube = kube
@@ -79,11 +87,17 @@ class Informer(Generic[T]):
         self._clock = clock or RealClock()
         self._page_size = page_size
         self._min_watch_timeout = min_watch_timeout
+        self._resync_period = resync_period
+        self._on_recovered = on_recovered
         self._stopped = threading.Event()
         self._synced = threading.Event()
         self._lock = threading.Lock()
         self._stream: WatchStream | None = None
         self._thread: threading.Thread | None = None
+        # Changes waiting for the dispatcher, in the order the reader saw them.
+        self._changes: deque[tuple[T | None, T | None] | None] = deque()  # None: synced
+        self._changed = threading.Condition()
+        self._dispatcher: threading.Thread | None = None
         self._outage: str | None = None  # the error being retried, logged once
         self._failures = 0
         self.resource_version = ""
@@ -95,37 +109,54 @@ class Informer(Generic[T]):
     # -- lifecycle (owned by the manager) ---------------------------------------------------
 
     def start(self) -> None:
-        """Start the list/watch thread."""
+        """Start the list/watch thread and the dispatcher."""
+        self._dispatcher = threading.Thread(target=self._dispatch,
+                                            name=f"informer-{self.name}-dispatch")
+        self._dispatcher.start()
         self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}")
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop watching, unblock a pending read, and join the thread."""
+        """Stop watching, unblock a pending read, and join both threads."""
         self._stopped.set()
         with self._lock:
             stream = self._stream
         if stream is not None:
             stream.close()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.error("informer %s did not stop within %.0f s", self.name, timeout)
+        with self._changed:
+            self._changed.notify()
+        for thread in (self._thread, self._dispatcher):
+            if thread is not None:
+                thread.join(timeout)
+                if thread.is_alive():
+                    log.error("informer %s: %s did not stop within %.0f s", self.name,
+                              thread.name, timeout)
 
     def list_once(self) -> None:
-        """One LIST into the store, without watching (for `configmirror plan`)."""
-        self._list()
+        """One LIST into the store, without watching or telling the handler (for `plan`)."""
+        self._list(notify=False)
 
     def has_synced(self) -> bool:
-        """True once the first list is in the store."""
+        """True once the first list is in the store and the handler has been told of it."""
         return self._synced.is_set()
 
     def wait_for_sync(self, timeout: float) -> bool:
         return self._synced.wait(timeout)
 
-    def resync(self) -> None:
-        """Report every cached object as updated (no API call), so its owner re-checks it."""
-        for obj in self.store.values():
-            self._notify(obj, obj)
+    def watermark(self) -> int:
+        """The newest resourceVersion whose changes are in the store (0 before the first list).
+
+        Read it before the store: what the store holds afterwards is at least this new.
+        """
+        try:
+            return int(self.resource_version)
+        except ValueError:
+            return 0
+
+    def pending(self) -> int:
+        """Changes the handler has not been told about yet."""
+        with self._changed:
+            return len(self._changes)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -156,7 +187,7 @@ class Informer(Generic[T]):
                 need_list = True
                 self._stopped.wait(backoff.next())
 
-    def _list(self) -> None:
+    def _list(self, notify: bool = True) -> None:
         items: dict[str, T] = {}
         query: dict[str, Any] = {"limit": self._page_size}
         while True:
@@ -177,11 +208,17 @@ class Informer(Generic[T]):
         self.resource_version = str(meta.get("resourceVersion", ""))
         if self._metrics is not None:
             self._metrics.informer_relists.labels(self.name).inc()
-        for gone in deleted.values():
-            self._notify(gone, None)
-        for before, after in changed.values():
-            self._notify(before, after)
-        self._synced.set()
+        if notify:
+            for gone in deleted.values():
+                self._notify(gone, None)
+            for before, after in changed.values():
+                self._notify(before, after)
+        if not notify:
+            self._synced.set()
+        elif not self._synced.is_set():
+            with self._changed:  # synced once the dispatcher has told the handler all of it
+                self._changes.append(None)
+                self._changed.notify()
         log.debug("informer %s: listed %d objects at %s (%d changed, %d gone)", self.name,
                   len(items), self.resource_version, len(changed), len(deleted))
 
@@ -228,17 +265,47 @@ class Informer(Generic[T]):
         if kind in ("ADDED", "MODIFIED"):
             new = self._transform(raw)
             old = self.store.upsert(key, new)
-            if old != new:  # equal: our own write, already cached by its writer
+            if old != new:  # equal: an event seen already (a watch resumed just before it)
                 self._notify(old, new)
         elif kind == "DELETED":
             last = self.store.delete(key)
-            # Told even when our own delete already dropped it: others may wait on it.
             self._notify(last if last is not None else self._transform(raw), None)
         self.resource_version = version
 
     # -- helpers ------------------------------------------------------------------------------
 
     def _notify(self, old: T | None, new: T | None) -> None:
+        with self._changed:
+            self._changes.append((old, new))
+            self._changed.notify()
+
+    def _dispatch(self) -> None:
+        """The dispatcher: tell the handler every change in order, and resync on schedule."""
+        period = self._resync_period
+        next_resync = self._clock.now() + period
+        while True:
+            with self._changed:
+                while not self._changes and not self._stopped.is_set():
+                    if period > 0 and self._clock.now() >= next_resync:
+                        break
+                    wait = max(next_resync - self._clock.now(), 0.0) if period > 0 else None
+                    self._changed.wait(wait if wait is None else min(wait, 1.0))
+                if self._stopped.is_set():
+                    return
+                batch = list(self._changes)
+                self._changes.clear()
+            for change in batch:
+                if change is None:
+                    self._synced.set()
+                else:
+                    self._call(*change)
+            if period > 0 and self._clock.now() >= next_resync and self._synced.is_set():
+                # Every cached object as updated (no API call), so its owner re-checks it.
+                for obj in self.store.values():
+                    self._call(obj, obj)
+                next_resync = self._clock.now() + period
+
+    def _call(self, old: T | None, new: T | None) -> None:
         try:
             self._handler(old, new)
         except Exception:
@@ -259,6 +326,8 @@ class Informer(Generic[T]):
             log.info("informer %s: recovered after %d failed attempts", self.name,
                      self._failures)
             self._outage, self._failures = None, 0
+            if self._on_recovered is not None:
+                self._on_recovered()
 
     def _count_watch_restart(self) -> None:
         if self._metrics is not None:

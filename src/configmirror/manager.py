@@ -1,9 +1,12 @@
 """Wires the operator together and runs it until a signal: informers -> queue -> controller.
 
 Start-up: HTTP probes and metrics, then the ConfigMap and Namespace informers (standbys keep
-them warm too), then, once the caches have synced and this process leads, the workers.
+them warm too), then, once the caches have synced and this process leads, the Event recorder
+and the workers. Watch events become keys through `routing`; the object informer resyncs
+its cache on its own thread.
 Shutdown (SIGTERM/SIGINT): stop taking keys, let in-flight reconciles finish within the drain
-timeout, stop the informers, release the lease, stop the HTTP servers, exit 0.
+timeout, release the lease, stop the informers, write the Events still queued, stop the HTTP
+servers, exit 0.
 """
 
 from __future__ import annotations
@@ -20,27 +23,27 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from configmirror.clock import Clock, RealClock
-from configmirror.controller import Controller, Result
+from configmirror.controller import Controller
 from configmirror.events import EventRecorder
 from configmirror.informer import Informer
-from configmirror.kube import ApiError, Kube
+from configmirror.kube import CONFIGMAPS, NAMESPACES, Kube
 from configmirror.leaderelection import LeaderElector
 from configmirror.metrics import Metrics
-from configmirror.ratelimit import default_controller_rate_limiter
-from configmirror.replication import (
-    CONFIGMAPS,
-    NAMESPACES,
-    SOURCES_BY_NAME,
-    ConfigMap,
+from configmirror.model import (
+    CachedObject,
+    Caches,
+    Key,
     Namespace,
-    Replicator,
-    Scope,
-    all_sources,
-    configmap_from_json,
-    configmap_indexers,
+    configmap_transform,
     namespace_from_json,
+    object_indexers,
 )
+from configmirror.ratelimit import default_controller_rate_limiter
+from configmirror.reconcile import Result
+from configmirror.replicator import Expectations, Replicator
+from configmirror.routing import namespace_keys, object_keys
 from configmirror.settings import Settings
+from configmirror.spec import ReplicaRules, Scope
 from configmirror.store import Store
 from configmirror.workqueue import WorkQueue
 
@@ -58,27 +61,29 @@ class Manager:
         self.metrics = metrics or Metrics()
         self.metrics.count_requests(kube.counts)
         self._clock = clock or RealClock()
-        scope = Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
-        self.configmaps: Store[ConfigMap] = Store(configmap_indexers())
-        self.namespaces: Store[Namespace] = Store()
-        self.queue: WorkQueue[str] = WorkQueue(
+        self.scope = Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
+        rules = ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations)
+        self.caches = Caches(Store(object_indexers()), Store())
+        self.queue: WorkQueue[Key] = WorkQueue(
             max_retries=settings.max_retries,
             rate_limiter=default_controller_rate_limiter(self._clock),
             clock=self._clock, metrics=self.metrics.queue("configmirror"))
+        self.recorder = EventRecorder(kube, on_dropped=self.metrics.events_dropped.inc)
+        self.object_informer: Informer[CachedObject] = Informer(
+            kube, CONFIGMAPS.collection(), configmap_transform(rules), self.caches.objects,
+            self._on_object, "configmaps", self.metrics, self._clock,
+            resync_period=settings.resync_period, on_recovered=self._server_answered)
+        self.namespace_informer: Informer[Namespace] = Informer(
+            kube, NAMESPACES, namespace_from_json, self.caches.namespaces, self._on_namespace,
+            "namespaces", self.metrics, self._clock, on_recovered=self._server_answered)
+        self.informers: list[Informer[Any]] = [self.object_informer, self.namespace_informer]
+        self.replicator = Replicator(kube, self.caches, self.scope, self.recorder,
+                                     Expectations(self.object_informer.watermark),
+                                     self.metrics, settings.dry_run)
+        self.controller: Controller[Key] = Controller(
+            "configmirror", self.queue, self._reconcile, settings.workers, self.metrics,
+            self.recorder, self._clock)
         self.metrics.observe_pending(self._pending)
-        self.replicator = Replicator(kube, self.configmaps, self.namespaces, scope,
-                                     EventRecorder(kube), self.metrics, settings.dry_run)
-        self.controller = Controller("configmirror", self.queue, self._reconcile,
-                                     settings.workers, self.metrics,
-                                     on_give_up=self.replicator.report_give_up,
-                                     expected_errors=(ApiError,))
-        self.configmap_informer = Informer(
-            kube, CONFIGMAPS, configmap_from_json, self.configmaps, self._on_configmap,
-            "configmaps", self.metrics, self._clock)
-        self.namespace_informer = Informer(
-            kube, NAMESPACES, namespace_from_json, self.namespaces, self._on_namespace,
-            "namespaces", self.metrics, self._clock)
-        self.informers: list[Informer[Any]] = [self.configmap_informer, self.namespace_informer]
         self.elector: LeaderElector | None = None
         if settings.leader_elect:
             self.elector = LeaderElector(
@@ -91,38 +96,31 @@ class Manager:
         self._lost = threading.Event()
         self._workers_started = False
 
-    # -- event handlers: map every change to the source keys it may affect ----------------
+    # -- event handlers: map every change to the keys it may affect -----------------------
 
-    def _on_configmap(self, old: ConfigMap | None, new: ConfigMap | None) -> None:
-        # A replica is judged by its state now; its old state only matters if it is gone.
-        current, gone = (new, False) if new is not None and new.replica_of else (old, True)
-        if (current is not None and current.replica_of
-                and self.replicator.replica_needs_reconcile(current, deleted=gone)):
-            self.queue.add(current.replica_of)
-        for cm in (old, new):
-            if cm is None:
-                continue
-            if cm.source is not None:
-                self.queue.add(cm.key)
-            # Any ConfigMap that appears or goes may block or free a same-named source.
-            for key in self.configmaps.index_keys(SOURCES_BY_NAME, cm.name):
-                if key not in (cm.key, cm.replica_of):
-                    self.queue.add(key)
+    def _on_object(self, old: CachedObject | None, new: CachedObject | None) -> None:
+        for key in object_keys(old, new, self.caches.sources_named):
+            self.queue.add(key)
 
     def _on_namespace(self, old: Namespace | None, new: Namespace | None) -> None:
-        if (old is not None and new is not None and old.labels == new.labels
-                and old.terminating == new.terminating):
-            return  # nothing a source can select on has changed
-        for source in all_sources(self.configmaps):
-            self.queue.add(source.key)
+        for key in namespace_keys(old, new, self.caches.sources(), self.scope):
+            self.queue.add(key)
+
+    def _reconcile(self, key: Key) -> Result:
+        self.metrics.reconciles.labels(key.role).inc()
+        return self.replicator.reconcile(key)
+
+    def _server_answered(self) -> None:
+        if self._workers_started:
+            self.controller.server_answered()
 
     def _pending(self) -> dict[str, int]:
+        """Work not finished yet, for configmirror_work_pending (the idle probe)."""
         queued, in_flight, delayed = self.queue.counts()
-        return {"queued": queued, "in_flight": in_flight, "delayed": delayed}
-
-    def _reconcile(self, key: str) -> Result:
-        self.replicator.reconcile(key)
-        return Result()
+        return {"queued": queued, "in_flight": in_flight, "delayed": delayed,
+                "waiting_for_server": self.controller.waiting_for_server(),
+                "events": self.recorder.pending(),
+                "notifications": sum(i.pending() for i in self.informers)}
 
     # -- run --------------------------------------------------------------------------------
 
@@ -138,8 +136,8 @@ class Manager:
                     log.error("caches did not sync within %.0f s", SYNC_TIMEOUT)
                     return 1
                 return 0
-            log.info("caches synced: %d ConfigMaps, %d namespaces", len(self.configmaps),
-                     len(self.namespaces))
+            log.info("caches synced: %d ConfigMaps, %d namespaces",
+                     len(self.caches.objects), len(self.caches.namespaces))
             if self.elector is not None:
                 self.elector.start()
                 log.info("waiting to become leader (lease %s/%s)",
@@ -147,24 +145,15 @@ class Manager:
                          self.settings.leader_election_id)
                 if not self._wait(self.elector.is_leader, stop, None):
                     return 0
+            self.recorder.start()
             self.controller.start()
             self._workers_started = True
             log.info("started %d workers%s", self.settings.workers,
                      " (dry run: no writes)" if self.settings.dry_run else "")
-            self._resync_until(stop)
+            self._wait(self._lost.is_set, stop, None)
             return 1 if self._lost.is_set() else 0
         finally:
             self._shutdown()
-
-    def _resync_until(self, stop: threading.Event) -> None:
-        """The main thread's job while workers run: periodic resync from the caches."""
-        period = self.settings.resync_period
-        next_resync = time.monotonic() + period
-        while not stop.is_set() and not self._lost.is_set():
-            stop.wait(min(1.0, max(next_resync - time.monotonic(), 0.0)))
-            if period > 0 and time.monotonic() >= next_resync:
-                self.configmap_informer.resync()
-                next_resync = time.monotonic() + period
 
     def _shutdown(self) -> None:
         if self._workers_started:
@@ -172,10 +161,11 @@ class Manager:
             log.info("workers stopped%s", "" if drained else " (drain timed out)")
         else:
             self.queue.shutdown()
+        if self.elector is not None:
+            self.elector.stop()  # releases the lease: a standby takes over now
         for informer in self.informers:
             informer.stop()
-        if self.elector is not None:
-            self.elector.stop()
+        self.recorder.stop()
         for server in self._servers:
             server.stop()
         self.kube.close()

@@ -135,6 +135,18 @@ class Metrics:
         self.max_concurrent_reconciles = Gauge(
             "controller_runtime_max_concurrent_reconciles", "Maximum number of concurrent "
             "reconciles per controller", ["controller"], registry=r)
+        self.terminal_errors = Counter(
+            "controller_runtime_terminal_reconcile_errors", "Total number of terminal "
+            "reconciliation errors per controller", ["controller"], registry=r)
+        self.worker_changes = Counter(
+            "configmirror_worker_changes", "Reconciles that wrote to the API server, by worker "
+            "thread (how evenly the work spreads)", ["controller", "worker"], registry=r)
+        self.reconciles = Counter(
+            "configmirror_reconciles", "Reconciles by the role of their key (source: plans a "
+            "source; target: decides one object)", ["role"], registry=r)
+        self.events_dropped = Counter(
+            "configmirror_events_dropped", "Events dropped because the recorder's queue was "
+            "full", registry=r)
         self.given_up = Counter(
             "configmirror_reconcile_given_up", "Keys given up after --max-retries failures",
             ["controller"], registry=r)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from configmirror.replication import DEFAULT_EXCLUDED
+DEFAULT_EXCLUDED = "kube-system,kube-public,kube-node-lease"
+# Keys never copied to a replica: ours, kubectl's, and those by which Argo CD, Flux and Helm
+# claim objects (a copied one makes the tool treat replicas as its own and prune them).
+DEFAULT_DROP = ",".join((
+    "configmirror.io/*", "kubectl.kubernetes.io/*", "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by", "argocd.argoproj.io/*", "kustomize.toolkit.fluxcd.io/*",
+    "helm.toolkit.fluxcd.io/*", "meta.helm.sh/*", "helm.sh/*"))
 
 
 @dataclass(frozen=True)
@@ -16,6 +22,8 @@ class Settings:
     resync_period: float = 600.0
     source_namespaces: str = "*"
     exclude_namespaces: str = DEFAULT_EXCLUDED
+    drop_labels: str = DEFAULT_DROP
+    drop_annotations: str = DEFAULT_DROP
     leader_elect: bool = False
     leader_election_namespace: str = "configmirror"
     leader_election_id: str = "configmirror"
@@ -25,3 +33,7 @@ class Settings:
     log_level: str = "info"
     dry_run: bool = False
     drain_timeout: float = 25.0  # SIGTERM: how long in-flight reconciles may take to finish
+    # The client-side limit on requests per second, shared by every request (0: none), and
+    # the burst above it (kube-controller-manager's --kube-api-qps/--kube-api-burst).
+    kube_api_qps: float = 50.0
+    kube_api_burst: int = 100

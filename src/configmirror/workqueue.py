@@ -141,7 +141,9 @@ class WorkQueue(Generic[T]):
                 self._queue.append(item)
                 if self._getters:
                     self._ready.notify()
-            elif not self._processing and self._draining:
+            # A drain waits for in-flight items only: a dirty item requeued above is queued,
+            # not in flight, so it must not hold the drain up.
+            if not self._processing and self._draining:
                 self._idle.notify_all()
 
     # -- retries ----------------------------------------------------------------------------

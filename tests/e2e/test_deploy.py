@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from configmirror.replication import REPLICATE_TO
+from configmirror.spec import REPLICATE_TO
 from configmirror_testing.wait import wait_for
 from tests.conftest import REPO, Cluster, Namespaces
 from tests.e2e.conftest import Operators, configmap, read

@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from configmirror.kube import Kube, load_configuration
+from configmirror.kube import CONFIGMAPS, Kube, load_configuration
 from configmirror.metrics import Metrics
-from configmirror.replication import CONFIGMAPS, ConfigMap, configmap_from_json
+from configmirror.model import CachedObject as ConfigMap
+from configmirror.model import configmap_from_json
 from configmirror.store import Store
 from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster
@@ -51,8 +52,8 @@ class Harness:
         self.store: Store[ConfigMap] = Store()
         self.recorder = Recorder()
         self.metrics = Metrics()
-        self.informer = Informer(self.kube, CONFIGMAPS, configmap_from_json, self.store,
-                                 self.recorder, "configmaps", self.metrics,
+        self.informer = Informer(self.kube, CONFIGMAPS.collection(), configmap_from_json,
+                                 self.store, self.recorder, "configmaps", self.metrics,
                                  min_watch_timeout=min_watch_timeout)
 
     def metric(self, name: str, **labels: str) -> float:

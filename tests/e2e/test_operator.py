@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from configmirror.replication import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster, Namespaces
 from tests.e2e.conftest import (
@@ -24,12 +25,15 @@ from tests.e2e.conftest import (
 pytestmark = pytest.mark.controlplane
 
 
-def writes_by_operator(cluster: Cluster, resource: str = "configmaps") -> int:
-    """Writes the apiserver audited from configmirror's user agent."""
+def writes_by_operator(cluster: Cluster, resource: str = "configmaps",
+                       namespaces: list[str] | None = None) -> int:
+    """Writes the apiserver audited from configmirror's user agent (into `namespaces`)."""
     return sum(1 for e in cluster.audit()
                if e.get("userAgent", "").startswith("configmirror/")
                and e.get("verb") in ("create", "update", "patch", "delete")
-               and (e.get("objectRef") or {}).get("resource") == resource)
+               and (e.get("objectRef") or {}).get("resource") == resource
+               and (namespaces is None or (e.get("objectRef") or {}).get("namespace")
+                    in namespaces))
 
 
 def plan(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -64,20 +68,31 @@ def test_restart_with_nothing_changed_makes_zero_writes(
                for verb, code in (("create", 201), ("update", 200), ("delete", 200))) == 0
 
 
-def test_sigterm_during_a_slow_reconcile_lets_it_finish_then_exits_0(
+def test_sigterm_mid_convergence_finishes_in_flight_writes_starts_no_more_and_exits_0(
         cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
     src = namespaces()
     label = {"configmirror-sigterm": src}
-    targets = [namespaces(labels=label) for _ in range(120)]
+    targets = [namespaces(labels=label) for _ in range(150)]
     cluster.core.create_namespaced_config_map(src, configmap(
         "cfg", {REPLICATE_TO_MATCHING: f"configmirror-sigterm={src}"}))
-    operator = operators(wait=False)
-    wait_for(lambda: any(read(cluster, ns, "cfg") for ns in targets[:5]), timeout=30,
-             interval=0.01, what="the reconcile to be under way")
+    # 10 writes a second: 150 replicas take 15 s, so a SIGTERM after the first is mid-way by
+    # construction, however fast the machine.
+    operator = operators("--kube-api-qps", "10", "--kube-api-burst", "1", wait=False)
+    wait_for(lambda: any(read(cluster, ns, "cfg") for ns in targets), timeout=30,
+             interval=0.01, what="the convergence to be under way")
+    stopped = time.monotonic()
     assert operator.stop(timeout=30) == 0
-    missing = [ns for ns in targets if read(cluster, ns, "cfg") is None]
-    assert missing == [], f"{len(missing)} replicas missing: the in-flight reconcile was cut"
-    assert "draining in-flight work" in operator.log()
+    took = time.monotonic() - stopped
+    present = [ns for ns in targets if read(cluster, ns, "cfg") is not None]
+    assert 0 < len(present) < len(targets), "the SIGTERM must land mid-way"
+    assert took < 10, f"stopping took {took:.1f} s: queued keys must not be started"
+    log = operator.log()
+    assert "draining in-flight work" in log and "drain timed out" not in log
+    assert writes_by_operator(cluster, namespaces=targets) == len(present), \
+        "every write it began, it finished"
+    operators()  # the next operator (or leader) finishes the job
+    wait_for(lambda: all(read(cluster, ns, "cfg") for ns in targets), timeout=60,
+             what="the rest of the replicas")
 
 
 def test_plan_prints_the_plan_exits_2_then_0_once_synced(

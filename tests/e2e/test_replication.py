@@ -13,13 +13,8 @@ import time
 import pytest
 from kubernetes import client
 
-from configmirror.replication import (
-    CONTENT_HASH,
-    REPLICA_LABEL,
-    REPLICA_OF,
-    REPLICATE_TO,
-    REPLICATE_TO_MATCHING,
-)
+from configmirror.model import CONTENT_HASH, REPLICA_LABEL, REPLICA_OF
+from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster, Namespaces
 from tests.e2e.conftest import Operator, Operators, configmap, events, read

@@ -6,10 +6,13 @@ import threading
 from collections.abc import Hashable
 
 import pytest
+from pytest_mock import MockerFixture
 
-from configmirror.controller import Controller, Result, TerminalError
+from configmirror.controller import Controller, ServerBackoff
+from configmirror.events import EventRecorder, ObjectRef
 from configmirror.metrics import Metrics
 from configmirror.ratelimit import ItemExponentialFailureRateLimiter
+from configmirror.reconcile import Result, RetryableError, ServerUnavailable, TerminalError
 from configmirror.workqueue import WorkQueue
 from configmirror_testing.wait import wait_for
 
@@ -58,29 +61,33 @@ def test_burst_of_edits_during_a_reconcile_yields_exactly_one_more() -> None:
     assert calls == ["ns/cfg", "ns/cfg"]
 
 
-def test_always_failing_key_is_attempted_max_retries_times_with_growing_backoff() -> None:
+SOURCE = ObjectRef("ns", "src", "uid-1", "7")
+
+
+def test_always_conflicting_key_is_attempted_max_retries_times_then_reported(
+        mocker: MockerFixture) -> None:
     limiter = RecordingLimiter()
     queue: WorkQueue[str] = WorkQueue(max_retries=5, rate_limiter=limiter)
     attempts: list[str] = []
-    given_up: list[str] = []
     metrics = Metrics()
+    recorder = mocker.create_autospec(EventRecorder, instance=True)
 
     def reconcile(key: str) -> Result:
         attempts.append(key)
-        raise OSError("the cluster said no")
+        raise RetryableError("409 Conflict", SOURCE)
 
     controller = Controller("test", queue, reconcile, workers=2, metrics=metrics,
-                            on_give_up=lambda key, err: given_up.append(key),
-                            expected_errors=(OSError,))
+                            recorder=recorder)
     controller.start()
     try:
         queue.add("ns/broken")
-        wait_for(lambda: given_up, what="the give-up")
+        wait_for(lambda: recorder.warning.called, what="the give-up")
     finally:
         controller.stop(drain_timeout=5)
     assert attempts == ["ns/broken"] * 5
     assert limiter.delays == sorted(limiter.delays) and len(set(limiter.delays)) == 4
-    assert given_up == ["ns/broken"]
+    recorder.warning.assert_called_once_with(
+        SOURCE, "ReplicationFailed", "giving up until the next change or resync: 409 Conflict")
     assert queue.num_requeues("ns/broken") == 0, "given-up keys are forgotten"
     assert sample(metrics, "configmirror_reconcile_given_up_total") == 1
     assert sample(metrics, "controller_runtime_reconcile_total", result="error") == 5
@@ -112,22 +119,138 @@ def test_an_exception_does_not_kill_the_pool() -> None:
     assert sample(metrics, "controller_runtime_reconcile_panics_total") == 10
 
 
-def test_terminal_error_is_not_retried() -> None:
+def test_terminal_error_is_not_retried_and_its_failures_are_forgotten() -> None:
     queue: WorkQueue[str] = WorkQueue(max_retries=5)
+    attempts: list[str] = []
+    metrics = Metrics()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if len(attempts) == 1:
+            raise RetryableError("conflict")
+        raise TerminalError("forbidden")
+
+    controller = Controller("test", queue, reconcile, workers=1, metrics=metrics)
+    controller.start()
+    try:
+        queue.add("k")
+        wait_for(lambda: len(attempts) == 2 and queue.in_flight() == 0 and
+                 queue.counts() == (0, 0, 0), what="the two attempts")
+    finally:
+        controller.stop(drain_timeout=5)
+    assert attempts == ["k", "k"]
+    assert queue.num_requeues("k") == 0
+    assert sample(metrics, "controller_runtime_terminal_reconcile_errors_total") == 1
+
+
+def test_success_forgets_earlier_failures() -> None:
+    queue: WorkQueue[str] = WorkQueue(max_retries=3)
     attempts: list[str] = []
 
     def reconcile(key: str) -> Result:
         attempts.append(key)
-        raise TerminalError("forbidden")
+        if len(attempts) in (1, 2, 4, 5):
+            raise RetryableError("conflict")
+        return Result()
 
     controller = Controller("test", queue, reconcile, workers=1)
     controller.start()
     try:
         queue.add("k")
-        wait_for(lambda: attempts and queue.in_flight() == 0, what="the attempt")
+        wait_for(lambda: len(attempts) == 3, what="the success")
+        queue.add("k")  # fails twice more: had the success not forgotten, it would give up
+        wait_for(lambda: len(attempts) == 6, what="three more attempts")
     finally:
         controller.stop(drain_timeout=5)
-    assert attempts == ["k"]
+    assert attempts == ["k"] * 6
+
+
+def test_follow_up_keys_are_queued_and_changes_are_counted_per_worker() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    seen: list[str] = []
+    metrics = Metrics()
+
+    def reconcile(key: str) -> Result:
+        seen.append(key)
+        if key == "source":
+            return Result(follow_up=tuple(f"target-{i}" for i in range(20)))
+        return Result(changed=True)
+
+    controller = Controller("test", queue, reconcile, workers=2, metrics=metrics)
+    controller.start()
+    try:
+        queue.add("source")
+        wait_for(lambda: len(seen) == 21, what="the source and its 20 targets")
+    finally:
+        controller.stop(drain_timeout=5)
+    assert sorted(seen) == sorted(["source", *(f"target-{i}" for i in range(20))])
+    by_worker = [sample(metrics, "configmirror_worker_changes_total", worker=w) for w in "01"]
+    assert sum(by_worker) == 20
+
+
+class FixedBackoff(ServerBackoff):
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay, delay)
+
+
+def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> None:
+    queue: WorkQueue[str] = WorkQueue(max_retries=2)
+    attempts: list[str] = []
+    written: list[str] = []
+    down = threading.Event()
+    down.set()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if down.is_set():
+            raise ServerUnavailable("connection refused")
+        written.append(key)
+        return Result(changed=True)
+
+    controller = Controller("test", queue, reconcile, workers=2,
+                            server_backoff=FixedBackoff(0.02))
+    controller.start()
+    try:
+        for key in ("a", "b", "c"):
+            queue.add(key)
+        wait_for(lambda: attempts.count("a") + attempts.count("b") + attempts.count("c") >= 12,
+                 what="the probe to retry many times past --max-retries")
+        assert controller.waiting_for_server() == 3
+        probes = {k for k in "abc" if attempts.count(k) > 2}
+        assert len(probes) == 1, f"one key probes, the others wait: {attempts}"
+        down.clear()
+        wait_for(lambda: sorted(written) == ["a", "b", "c"],
+                 what="every waiting key to be released once the probe gets through")
+        assert controller.waiting_for_server() == 0
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_server_answered_releases_waiting_keys_at_once() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    attempts: list[str] = []
+    down = threading.Event()
+    down.set()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if down.is_set():
+            raise ServerUnavailable("503")
+        return Result()
+
+    controller = Controller("test", queue, reconcile, workers=1,
+                            server_backoff=FixedBackoff(3600))  # the probe never fires here
+    controller.start()
+    try:
+        queue.add("a")
+        queue.add("b")
+        wait_for(lambda: controller.waiting_for_server() == 2, what="both keys to wait")
+        down.clear()
+        controller.server_answered()  # as an informer that reconnects says
+        wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
+                 what="both keys retried")
+    finally:
+        controller.stop(drain_timeout=5)
 
 
 def test_requeue_after_adds_the_key_again_later() -> None:

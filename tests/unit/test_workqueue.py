@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -10,6 +11,7 @@ from configmirror.clock import FakeClock
 from configmirror.metrics import Metrics
 from configmirror.ratelimit import ItemExponentialFailureRateLimiter
 from configmirror.workqueue import WorkQueue
+from configmirror_testing.wait import wait_for
 
 
 def test_readme_example_in_flight_add_marks_dirty_and_requeues_on_done() -> None:
@@ -197,6 +199,25 @@ def test_shutdown_with_drain_waits_for_in_flight_items() -> None:
     assert returned.wait(5)
     t.join()
     assert result == [True]
+
+
+def test_a_drain_ends_when_the_last_in_flight_item_is_done_even_if_it_was_dirty() -> None:
+    """The item is queued again by done(), so nothing is in flight: the drain is over."""
+    wq: WorkQueue[str] = WorkQueue()
+    wq.add("foo")
+    foo = wq.get()
+    assert foo is not None
+    wq.add("foo")  # an event for it while it is processed: dirty
+    result: list[bool] = []
+    t = threading.Thread(target=lambda: result.append(wq.shutdown_with_drain(timeout=30)))
+    t.start()
+    wait_for(lambda: wq.shutting_down, what="the drain to begin")
+    started = time.monotonic()
+    wq.done(foo)
+    t.join(timeout=10)
+    assert not t.is_alive() and result == [True]
+    assert time.monotonic() - started < 5, "the drain waited for its timeout"
+    assert len(wq) == 1, "the dirty item is queued, not lost"
 
 
 def test_shutdown_does_not_wait_for_in_flight_items() -> None:

@@ -2,34 +2,42 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pytest_mock import MockerFixture
 
-from configmirror.replication import (
+from configmirror.model import (
     CONTENT_HASH,
     LAST_APPLIED,
     REPLICA_LABEL,
     REPLICA_OF,
+    CachedObject,
+    Namespace,
+    configmap_from_json,
+    namespace_from_json,
+)
+from configmirror.plan import (
+    ReplicationPlan,
+    TargetPlan,
+    desired_body,
+    plan_source,
+    plan_target,
+)
+from configmirror.settings import DEFAULT_EXCLUDED
+from configmirror.spec import (
     REPLICATE_TO,
     REPLICATE_TO_MATCHING,
-    ConfigMap,
     InvalidSpec,
-    Namespace,
-    ReplicationPlan,
     Scope,
-    configmap_from_json,
-    desired_hash,
-    desired_replica,
-    namespace_from_json,
     parse_patterns,
-    plan_source,
 )
 
 KEY = "src/cfg"
+SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
+ConfigMap = CachedObject
 
 
 def source(annotations: dict[str, str] | None = None, data: dict[str, str] | None = None,
@@ -47,8 +55,7 @@ def source(annotations: dict[str, str] | None = None, data: dict[str, str] | Non
 
 def replica_of(src: ConfigMap, namespace: str, rv: str = "20", **edits: Any) -> ConfigMap:
     """A cached replica as the operator would have written it (optionally hand-edited)."""
-    assert src.source is not None
-    body = desired_replica(src.source, src.key, namespace, src.name)
+    body = copy.deepcopy(desired_body(src, namespace))
     body["metadata"].update(uid=f"r-{namespace}", resourceVersion=rv)
     body.update(edits)
     return configmap_from_json(body)
@@ -76,7 +83,7 @@ def plan(src: ConfigMap | None, namespaces: list[Namespace],
          key: str = KEY) -> ReplicationPlan:
     cms = {cm.key: cm for cm in [*([src] if src else []), *others]}
     replicas = [cm for cm in cms.values() if cm.replica_of == key]
-    return plan_source(key, src, namespaces, cms.get, replicas, scope or Scope())
+    return plan_source(key, src, namespaces, cms.get, replicas, scope or SCOPE)
 
 
 def kinds(p: ReplicationPlan) -> list[tuple[str, str]]:
@@ -189,8 +196,7 @@ def test_hand_edited_replica_is_restored() -> None:
 
 def test_replica_with_a_stray_annotation_is_restored() -> None:
     src = source({REPLICATE_TO: "a"})
-    assert src.source is not None
-    body = desired_replica(src.source, KEY, "a", "cfg")
+    body = copy.deepcopy(desired_body(src, "a"))
     body["metadata"].update(uid="r", resourceVersion="3")
     body["metadata"]["annotations"]["someone"] = "added this"
     assert kinds(plan(src, ALL, [configmap_from_json(body)])) == [("update", "a")]
@@ -281,8 +287,7 @@ def test_replica_copies_content_and_marks_itself() -> None:
     src = source({REPLICATE_TO: "a", "team": "x", LAST_APPLIED: "{}",
                   "configmirror.io/other": "y"}, labels={"app": "web"},
                  data={"k": "v"}, immutable=True)
-    assert src.source is not None
-    body = desired_replica(src.source, KEY, "a", "cfg")
+    body = desired_body(src, "a")
     meta = body["metadata"]
     assert (meta["namespace"], meta["name"]) == ("a", "cfg")
     assert body["data"] == {"k": "v"} and body["immutable"] is True
@@ -294,49 +299,124 @@ def test_replica_copies_content_and_marks_itself() -> None:
 
 def test_cache_keeps_source_content_but_only_a_hash_of_replicas() -> None:
     src = source({REPLICATE_TO: "a"}, data={"big": "x" * 1000})
-    assert src.source is not None and src.source.data == {"big": "x" * 1000}
+    assert src.source is not None and src.source.payload["data"] == {"big": "x" * 1000}
     replica = replica_of(src, "a")
     assert replica.source is None and replica.replica_of == KEY and len(replica.content_hash) == 32
     assert plain("a").content_hash == "" and plain("a").source is None
 
 
-def test_the_digest_written_on_a_replica_is_what_the_cache_computes_from_it() -> None:
-    """The writer caches a replica with the digest it wrote; the informer's transform of the
+def test_the_digest_a_source_wants_is_what_the_cache_computes_from_its_replica() -> None:
+    """Expectations record a write with the source's digest; the informer's transform of the
     same object must agree, or our own writes would look like drift."""
     src = source({REPLICATE_TO: "a"}, data={"k": "v"}, labels={"x": "y"}, immutable=True)
     assert src.source is not None
-    digest = desired_hash(src.source, KEY)
-    body = desired_replica(src.source, KEY, "a", "cfg", digest)
+    body = copy.deepcopy(desired_body(src, "a"))
     body["metadata"].update(uid="u", resourceVersion="7")
-    assert configmap_from_json(body).content_hash == digest
-    assert body == {**desired_replica(src.source, KEY, "a", "cfg"),
-                    "metadata": body["metadata"]}
+    assert configmap_from_json(body).content_hash == src.source.content_hash
+    assert body["metadata"]["annotations"][CONTENT_HASH] == src.source.content_hash
 
 
-def test_replicator_compiles_a_source_once_per_version_and_forgets_it_when_gone(
-        mocker: MockerFixture) -> None:
-    """Reconciles reuse the parsed spec and content hash; a deleted source leaves no memo."""
-    from configmirror import replication
-    from configmirror.replication import Replicator, configmap_indexers
-    from configmirror.store import Store
+def test_a_source_is_compiled_once_per_version_into_an_immutable_value() -> None:
+    src = source({REPLICATE_TO: "a,b"})
+    assert src.source is not None and src.source.spec is not None
+    assert src.source.invalid is None
+    with pytest.raises(AttributeError):
+        src.source.content_hash = "x"  # type: ignore[misc]
 
-    compile_spy = mocker.spy(replication, "compile_source")
-    configmaps: Store[ConfigMap] = Store(configmap_indexers())
-    namespaces: Store[Namespace] = Store()
+
+# -- one target ---------------------------------------------------------------------------
+
+
+def target(name: str, namespace: str, current: ConfigMap | None, sources: list[ConfigMap],
+           namespaces: list[Namespace] = ALL) -> TargetPlan:
+    by_key = {s.key: s for s in sources}
+    here = next((n for n in namespaces if n.name == namespace), None)
+    return plan_target(namespace, name, current, here, sources, by_key.get, SCOPE)
+
+
+def test_target_missing_is_created_for_the_source_that_wants_it() -> None:
     src = source({REPLICATE_TO: "a"})
-    configmaps.upsert(src.key, src)
-    configmaps.upsert("a/cfg", replica_of(src, "a"))
-    namespaces.upsert("a", ns("a"))
-    kube = mocker.Mock()  # in sync: reconcile must make no request at all
-    replicator = Replicator(kube, configmaps, namespaces, Scope(), mocker.Mock())
-    for _ in range(3):
-        replicator.reconcile(KEY)
-    assert compile_spy.call_count == 1
-    assert not replicator.replica_needs_reconcile(configmaps.get("a/cfg"), deleted=False)  # type: ignore[arg-type]
-    assert compile_spy.call_count == 1
-    kube.request.assert_not_called()
+    p = target("cfg", "a", None, [src])
+    assert p.action is not None and (p.action.kind, p.action.source) == ("create", KEY)
+    assert p.owner is src and p.conflicts == ()
 
-    configmaps.delete(KEY)
-    configmaps.delete("a/cfg")
-    replicator.reconcile(KEY)
-    assert KEY not in replicator._memo
+
+def test_target_nobody_wants_is_left_alone() -> None:
+    assert target("cfg", "b", None, [source({REPLICATE_TO: "a"})]).action is None
+    assert target("cfg", "a", plain("a"), []).action is None
+
+
+def test_target_in_sync_needs_no_write_and_drift_is_repaired() -> None:
+    src = source({REPLICATE_TO: "a"})
+    assert target("cfg", "a", replica_of(src, "a"), [src]).action is None
+    edited = replica_of(src, "a", data={"k": "hand-edited"})
+    p = target("cfg", "a", edited, [src])
+    assert p.action is not None and (p.action.kind, p.action.resource_version) == ("update", "20")
+
+
+def test_target_foreign_object_is_a_conflict_for_every_source_that_wants_it() -> None:
+    one = source({REPLICATE_TO: "a"}, namespace="one")
+    two = source({REPLICATE_TO: "a"}, namespace="two")
+    p = target("cfg", "a", plain("a"), [one, two], [ns("a"), ns("one"), ns("two")])
+    assert p.action is None
+    assert sorted((c.source, c.owner) for c in p.conflicts) == [("one/cfg", None),
+                                                                ("two/cfg", None)]
+
+
+def test_target_two_sources_one_name_the_existing_replica_wins() -> None:
+    one = source({REPLICATE_TO: "a"}, namespace="one")
+    two = source({REPLICATE_TO: "a"}, namespace="two", data={"k": "other"})
+    spaces = [ns("a"), ns("one"), ns("two")]
+    p = target("cfg", "a", replica_of(two, "a"), [one, two], spaces)
+    assert p.action is None and p.owner is two
+    assert [(c.source, c.owner) for c in p.conflicts] == [("one/cfg", "two/cfg")]
+
+
+def test_target_two_sources_one_name_and_no_replica_the_lowest_key_gets_it() -> None:
+    one = source({REPLICATE_TO: "a"}, namespace="one")
+    two = source({REPLICATE_TO: "a"}, namespace="two")
+    p = target("cfg", "a", None, [two, one], [ns("a"), ns("one"), ns("two")])
+    assert p.action is not None and p.action.source == "one/cfg"
+    assert [(c.source, c.owner) for c in p.conflicts] == [("two/cfg", "one/cfg")]
+
+
+def test_target_orphan_is_deleted_with_the_reason() -> None:
+    src = source({REPLICATE_TO: "a"})
+    orphan = replica_of(src, "b")
+    p = target("cfg", "b", orphan, [src])
+    assert p.action is not None and (p.action.kind, p.action.why) == (
+        "delete", "namespace no longer targeted")
+    gone = target("cfg", "a", replica_of(src, "a"), [])
+    assert gone.action is not None and gone.action.why == "source deleted"
+
+
+def test_target_of_an_invalid_source_is_kept() -> None:
+    good = source({REPLICATE_TO: "a"})
+    bad = source({REPLICATE_TO: "a,team-["})
+    assert target("cfg", "a", replica_of(good, "a"), [bad]).action is None
+
+
+def test_target_in_a_terminating_or_missing_namespace_is_never_written() -> None:
+    src = source({REPLICATE_TO: "*"})
+    assert target("cfg", "t", None, [src], [ns("t", terminating=True)]).action is None
+    assert target("cfg", "gone", replica_of(src, "gone"), [src], []).action is None
+
+
+def test_target_immutable_replica_that_must_change_is_recreated() -> None:
+    old = source({REPLICATE_TO: "a"}, immutable=True)
+    new = source({REPLICATE_TO: "a"}, data={"k": "v2"}, immutable=True)
+    p = target("cfg", "a", replica_of(old, "a"), [new])
+    assert p.action is not None and p.action.kind == "recreate"
+
+
+@given(st.lists(st.sampled_from(["a", "b", "default", "kube-system"]), unique=True),
+       st.sampled_from(["a", "b", "default", "kube-system"]))
+def test_source_and_target_plans_agree_on_where_replicas_go(existing: list[str],
+                                                            where: str) -> None:
+    src = source({REPLICATE_TO: "a,default"})
+    replicas = [replica_of(src, n) for n in existing]
+    by_ns = {r.namespace: r for r in replicas}
+    whole = plan(src, ALL, replicas)
+    one = target("cfg", where, by_ns.get(where), [src])
+    in_whole = [(a.kind, a.namespace) for a in whole.actions if a.namespace == where]
+    assert in_whole == ([(one.action.kind, where)] if one.action else [])

@@ -1,0 +1,279 @@
+"""Reconciling keys: plan from the caches, write the difference, report what happened.
+
+A source key plans the source (`plan.plan_source`) and returns the target keys that need work;
+it writes nothing itself, so one source fanned out to thousands of namespaces keeps every
+worker busy. A target key decides one object (`plan.plan_target`) and writes at most once.
+API failures become the reconcile contract's errors here, with the source to tell about them;
+the controller decides what to do about each. Events go to the recorder, which writes them
+off the worker threads.
+
+Our own writes reach the cache only through the watch, a few milliseconds later. Until then
+`Expectations` remembers what we wrote, so a reconcile in that gap neither writes again nor
+conflicts with itself. It is the reconciler's memory, not the informer's cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from configmirror.events import EventRecorder, ObjectRef
+from configmirror.kube import CONFIGMAPS, ApiError, Failure, Kube
+from configmirror.metrics import Metrics
+from configmirror.model import SOURCE, CachedObject, Caches, Key, target_key
+from configmirror.plan import Action, Conflict, desired_body, plan_source, plan_target
+from configmirror.reconcile import (
+    ReconcileError,
+    Result,
+    RetryableError,
+    ServerUnavailable,
+    TerminalError,
+)
+from configmirror.spec import Scope
+
+log = logging.getLogger(__name__)
+
+REPLICATED = "Replicated"
+_ACTIONS = ("created", "updated", "deleted")
+
+
+def replicated_message(counts: dict[str, int]) -> str:
+    """The one `Replicated` Event per source change: "created 3, updated 1, deleted 0 replicas"."""
+    return ", ".join(f"{action} {counts.get(action, 0)}" for action in _ACTIONS) + " replicas"
+
+
+@dataclass(frozen=True)
+class _Expected:
+    obj: CachedObject | None  # what we wrote (None: we deleted it)
+    resource_version: int     # write: the version written; delete: the version deleted
+
+
+class Expectations:
+    """Writes of ours that the watch has not delivered yet.
+
+    A create or update is expected until the informer's watermark (the newest resourceVersion
+    it has applied) reaches the version we wrote; a delete until the cache no longer holds
+    the version we deleted. Read the watermark before the cache, so a cache read after it
+    is at least that new.
+    """
+
+    def __init__(self, watermark: Callable[[], int]) -> None:
+        self._watermark = watermark
+        self._pending: dict[str, _Expected] = {}
+        self._lock = threading.Lock()
+
+    def wrote(self, obj: CachedObject) -> None:
+        version = _version(obj.resource_version)
+        if version is not None:
+            with self._lock:
+                self._pending[obj.key] = _Expected(obj, version)
+
+    def deleted(self, key: str, resource_version: str) -> None:
+        version = _version(resource_version)
+        if version is not None:
+            with self._lock:
+                self._pending[key] = _Expected(None, version)
+
+    def view(self, key: str, cached: Callable[[str], CachedObject | None]) -> CachedObject | None:
+        """The object at `key` as it is after our own writes."""
+        watermark = self._watermark()
+        current = cached(key)
+        with self._lock:
+            expected = self._pending.get(key)
+            if expected is None:
+                return current
+            if expected.obj is None:
+                if current is not None and _version(current.resource_version) == \
+                        expected.resource_version:
+                    return None  # the delete has not come through the watch yet
+            elif watermark < expected.resource_version:
+                return expected.obj  # the write has not come through the watch yet
+            del self._pending[key]
+            return current
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+
+def _version(resource_version: str) -> int | None:
+    """etcd revisions are integers; anything else makes expectations step aside."""
+    try:
+        return int(resource_version)
+    except ValueError:
+        return None
+
+
+class Replicator:
+    """Reconciles source and target keys from the caches."""
+
+    def __init__(self, kube: Kube, caches: Caches, scope: Scope, recorder: EventRecorder,
+                 expectations: Expectations, metrics: Metrics | None = None,
+                 dry_run: bool = False) -> None:
+        self._kube = kube
+        self._caches = caches
+        self._scope = scope
+        self._recorder = recorder
+        self._expectations = expectations
+        self._metrics = metrics
+        self.dry_run = dry_run
+        self._lock = threading.Lock()
+        # What has been reported already, so a resync or a repeat reconcile writes no Event:
+        # source key -> resourceVersion whose InvalidSpec was reported;
+        # target key -> the conflicts reported for the object version there.
+        self._invalid_reported: dict[str, str] = {}
+        self._conflicts_reported: dict[Key, tuple[str, frozenset[str]]] = {}
+
+    def reconcile(self, key: Key) -> Result:
+        if key.role == SOURCE:
+            return self.reconcile_source(key)
+        return self.reconcile_target(key)
+
+    # -- a source: plan, and hand the work to target keys ------------------------------------
+
+    def reconcile_source(self, key: Key) -> Result:
+        """Plan one source and return the target keys whose object must change."""
+        plan = plan_source(key.object_key, self._caches.get(key.object_key),
+                           self._caches.all_namespaces(), self._current,
+                           self._caches.replicas_of(key.object_key), self._scope)
+        source = self._caches.get(key.object_key)
+        if plan.invalid is not None:
+            self._report_invalid(key, source, plan.invalid)
+            return Result()
+        with self._lock:
+            self._invalid_reported.pop(key.object_key, None)
+        follow_up = {target_key(a.namespace, a.name) for a in plan.actions}
+        follow_up |= {target_key(c.namespace, c.name) for c in plan.conflicts}
+        return Result(follow_up=tuple(sorted(follow_up)))
+
+    def _report_invalid(self, key: Key, source: CachedObject | None, message: str) -> None:
+        if source is None:
+            return
+        with self._lock:
+            if self._invalid_reported.get(key.object_key) == source.resource_version:
+                return  # this version was reported; resyncs and repeats stay quiet
+            self._invalid_reported[key.object_key] = source.resource_version
+        log.warning("source %s: %s; nothing is changed", key.object_key, message)
+        if not self.dry_run:
+            self._recorder.warning(ObjectRef.of(source), "InvalidSpec", message)
+
+    # -- a target: decide one object, write at most once ------------------------------------
+
+    def reconcile_target(self, key: Key) -> Result:
+        plan = plan_target(key.namespace, key.name, self._current(key.object_key),
+                           self._caches.namespace(key.namespace),
+                           self._caches.sources_named(key.name), self._caches.get,
+                           self._scope)
+        self._report_conflicts(key, plan.conflicts)
+        if plan.action is None:
+            return Result()
+        owner = ObjectRef.of(plan.owner) if plan.owner is not None else None
+        if self.dry_run:
+            log.info("dry-run: would %s replica %s/%s of %s (%s)", plan.action.kind,
+                     key.namespace, key.name, plan.action.source, plan.action.why)
+            return Result()
+        try:
+            self._apply(plan.action, plan.owner)
+        except ApiError as err:
+            failure = self._failed(plan.action, err, owner)
+            if failure is None:
+                return Result()
+            raise failure from None
+        if owner is not None:
+            done = {"create": "created", "delete": "deleted"}.get(plan.action.kind, "updated")
+            self._recorder.tally(owner, REPLICATED, done, key.namespace, replicated_message)
+        return Result(changed=True)
+
+    def _report_conflicts(self, key: Key, conflicts: tuple[Conflict, ...]) -> None:
+        current = self._caches.get(key.object_key)
+        version = current.resource_version if current is not None else ""
+        reported = (version, frozenset(c.source for c in conflicts))
+        with self._lock:
+            if self._conflicts_reported.get(key) == reported:
+                return
+            if conflicts:
+                self._conflicts_reported[key] = reported
+            else:
+                self._conflicts_reported.pop(key, None)
+        if self.dry_run:
+            return
+        for conflict in conflicts:
+            source = self._caches.get(conflict.source)
+            if source is not None:
+                self._recorder.warning(ObjectRef.of(source), "TargetConflict", conflict.message)
+
+    def _current(self, key: str) -> CachedObject | None:
+        return self._expectations.view(key, self._caches.get)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def _apply(self, action: Action, owner: CachedObject | None) -> None:
+        if action.kind == "delete":
+            self._delete(action)
+            return
+        assert owner is not None  # plan_target names the source of every create and update
+        body = desired_body(owner, action.namespace)
+        if action.kind == "update":
+            body["metadata"] = {**body["metadata"], "resourceVersion": action.resource_version}
+            self._write("update", CONFIGMAPS.item(action.namespace, action.name), body, owner)
+            return
+        if action.kind == "recreate":
+            self._delete(action)
+        self._write("create", CONFIGMAPS.collection(action.namespace), body, owner)
+
+    def _write(self, verb: str, path: str, body: dict[str, object],
+               owner: CachedObject) -> None:
+        written = self._kube.request(verb, path, body=body)
+        if self._metrics is not None:
+            self._metrics.replica_writes.labels(verb).inc()
+        meta = written.get("metadata") or {}
+        assert owner.source is not None
+        # What the informer will make of it: the server keeps what we wrote, so its digest is
+        # the source's (no need to hash the response).
+        self._expectations.wrote(CachedObject(
+            namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")), resource_version=str(meta.get("resourceVersion", "")),
+            replica_of=owner.key, immutable=bool(written.get("immutable")),
+            content_hash=owner.source.content_hash, source=None))
+
+    def _delete(self, action: Action) -> None:
+        # Precondition on the version we planned from: a replica edited meanwhile gets a 409
+        # and is planned again, never deleted blindly.
+        options = {"kind": "DeleteOptions", "apiVersion": "v1",
+                   "preconditions": {"resourceVersion": action.resource_version}}
+        try:
+            self._kube.request("delete", CONFIGMAPS.item(action.namespace, action.name),
+                               body=options)
+        except ApiError as err:
+            if err.failure is not Failure.NOT_FOUND:  # already gone is what we wanted
+                raise
+        if self._metrics is not None:
+            self._metrics.replica_writes.labels("delete").inc()
+        self._expectations.deleted(f"{action.namespace}/{action.name}",
+                                   action.resource_version)
+
+    def _failed(self, action: Action, err: ApiError,
+                owner: ObjectRef | None) -> ReconcileError | None:
+        """The reconcile contract's error for a failed write, naming what and where; None
+        when there is nothing to retry or report."""
+        where = f"{action.kind} {action.namespace}/{action.name}"
+        if err.failure is Failure.UNAVAILABLE:
+            return ServerUnavailable(f"{where}: {err}", owner, err.retry_after)
+        if err.failure in (Failure.CONFLICT, Failure.NOT_FOUND):
+            # Our view was stale (edited, created or deleted by someone else): the watch
+            # brings the new state, and the retry plans from it.
+            return RetryableError(f"{where}: {err}", owner)
+        if err.namespace_terminating:
+            # It became Terminating after the cache said otherwise: its objects go with it.
+            log.info("%s skipped: namespace is terminating", where)
+            return None
+        if err.status == 403:
+            message = f"{where} forbidden: {err.message}"
+        else:
+            message = f"{where} rejected by the API server: {err.message}"
+        if owner is not None:
+            self._recorder.warning(owner, "ReplicationFailed", message)
+        return TerminalError(message)
+

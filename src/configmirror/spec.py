@@ -1,0 +1,195 @@
+"""The spec language: where a source wants replicas, what they carry, and the operator's limits.
+
+A source names target namespaces with globs (`configmirror.io/replicate-to`) and/or a label
+selector (`configmirror.io/replicate-to-matching`); the targets are the union. It may choose
+which of its labels and annotations its replicas carry with key globs
+(`configmirror.io/copy-labels`, `configmirror.io/copy-annotations`, default `*`). The
+operator's flags bound all of it: `--source-namespaces` and `--exclude-namespaces` (Scope),
+`--drop-labels` and `--drop-annotations` (ReplicaRules: keys never copied, so GitOps tools
+never claim a replica). Everything here is pure and parses once: a value that does not parse
+raises InvalidSpec naming the annotation (or flag) and the fault.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from configmirror.selector import Selector, SelectorError, parse_selector
+
+PREFIX = "configmirror.io/"
+REPLICATE_TO = PREFIX + "replicate-to"
+REPLICATE_TO_MATCHING = PREFIX + "replicate-to-matching"
+COPY_LABELS = PREFIX + "copy-labels"
+COPY_ANNOTATIONS = PREFIX + "copy-annotations"
+IGNORE_LABEL = PREFIX + "ignore"
+
+
+class InvalidSpec(ValueError):
+    """A source's annotations do not parse; the message names the annotation and the fault."""
+
+
+class NamespaceLike(Protocol):
+    """What targeting needs to know about a namespace."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def terminating(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Patterns:
+    """Comma-separated globs matched against whole names or keys; `!` entries exclude.
+
+    A name matches when it matches at least one include and no exclude.
+    """
+
+    includes: tuple[re.Pattern[str], ...]
+    excludes: tuple[re.Pattern[str], ...]
+
+    def matches(self, name: str) -> bool:
+        return (any(p.fullmatch(name) for p in self.includes)
+                and not any(p.fullmatch(name) for p in self.excludes))
+
+
+@dataclass(frozen=True)
+class _Language:
+    what: str                # "namespace" or "key"
+    glob: re.Pattern[str]    # one entry, without its `!`
+    hint: str
+
+
+# One entry (without its `!`): literal characters and * ?, or a bracket set with ranges.
+# Namespace names are DNS labels; label and annotation keys are qualified names
+# (`example.com/name`), so they also take upper case, `.`, `_` and `/`.
+NAMESPACES = _Language("namespace", re.compile(
+    r"(?:[a-z0-9*?-]|\[!?\]?(?:[a-z0-9-]|[a-z0-9]-[a-z0-9])*\])+"),
+    "names, *, ?, [a-z] and a leading ! to exclude")
+KEYS = _Language("key", re.compile(
+    r"(?:[A-Za-z0-9._/*?-]|\[!?\]?(?:[A-Za-z0-9._-]|[A-Za-z0-9]-[A-Za-z0-9])*\])+"),
+    "keys such as example.com/name, *, ?, [a-z] and a leading ! to exclude")
+
+
+def parse_patterns(text: str, what: str = REPLICATE_TO, language: _Language = NAMESPACES,
+                   empty_ok: bool = False) -> Patterns:
+    """Parse `ns-a, team-*, !team-legacy`; raises InvalidSpec naming the bad entry.
+
+    `empty_ok`: a text with no entries matches nothing (a drop list may be empty).
+    """
+    includes: list[re.Pattern[str]] = []
+    excludes: list[re.Pattern[str]] = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        exclude = entry.startswith("!")
+        glob = entry[1:].strip() if exclude else entry
+        if not glob or not language.glob.fullmatch(glob) or not _brackets_valid(glob):
+            raise InvalidSpec(f"{what}: invalid {language.what} pattern {entry!r} (use "
+                              f"{language.hint})")
+        compiled = re.compile(fnmatch.translate(glob))
+        (excludes if exclude else includes).append(compiled)
+    if not includes and not excludes and not empty_ok:
+        raise InvalidSpec(f"{what}: no {language.what} patterns in {text!r}")
+    return Patterns(tuple(includes), tuple(excludes))
+
+
+def parse_key_patterns(text: str, what: str, empty_ok: bool = False) -> Patterns:
+    """Globs over label or annotation keys: `team, example.com/*, !internal.example.com/*`."""
+    return parse_patterns(text, what, KEYS, empty_ok)
+
+
+def _brackets_valid(glob: str) -> bool:
+    for body in re.findall(r"\[!?([^\]]*)\]", glob):
+        if not body:
+            return False
+        for lo, hi in re.findall(r"(.)-(.)", body):
+            if lo > hi:
+                return False
+    return True
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Where a source wants replicas: names/globs, a namespace selector, or both (union)."""
+
+    patterns: Patterns | None
+    selector: Selector | None
+
+    def wants(self, namespace: NamespaceLike) -> bool:
+        return bool((self.patterns is not None and self.patterns.matches(namespace.name))
+                    or (self.selector is not None and self.selector.matches(namespace.labels)))
+
+
+def parse_spec(replicate_to: str | None, replicate_to_matching: str | None) -> Spec:
+    """The targets of a source from its two annotations (either may be absent)."""
+    patterns = selector = None
+    if replicate_to is not None:
+        patterns = parse_patterns(replicate_to)
+    if replicate_to_matching is not None:
+        try:
+            selector = parse_selector(replicate_to_matching)
+        except SelectorError as err:
+            raise InvalidSpec(f"{REPLICATE_TO_MATCHING}: {err}") from None
+    return Spec(patterns, selector)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The operator's own limits: which namespaces may hold sources and which never get copies."""
+
+    source_namespaces: Patterns
+    excluded_namespaces: Patterns
+
+    @classmethod
+    def from_flags(cls, source_namespaces: str, exclude_namespaces: str) -> Scope:
+        """From --source-namespaces and --exclude-namespaces; raises InvalidSpec naming the flag."""
+        return cls(parse_patterns(source_namespaces, "--source-namespaces"),
+                   parse_patterns(exclude_namespaces, "--exclude-namespaces", empty_ok=True))
+
+    def honours(self, source_namespace: str) -> bool:
+        """Whether a source in this namespace is acted on at all."""
+        return self.source_namespaces.matches(source_namespace)
+
+    def may_target(self, source_namespace: str, namespace: NamespaceLike) -> bool:
+        """Whether any source in `source_namespace` may place a replica in `namespace`."""
+        return (namespace.name != source_namespace
+                and namespace.labels.get(IGNORE_LABEL) != "true"
+                and not self.excluded_namespaces.matches(namespace.name)
+                and not namespace.terminating)
+
+
+@dataclass(frozen=True)
+class ReplicaRules:
+    """The operator's rule for what replicas never carry: label and annotation keys by which
+    GitOps tools and package managers claim objects (--drop-labels, --drop-annotations)."""
+
+    drop_labels: Patterns
+    drop_annotations: Patterns
+
+    @classmethod
+    def from_flags(cls, drop_labels: str, drop_annotations: str) -> ReplicaRules:
+        """From the two flags (an empty one drops nothing); raises InvalidSpec naming it."""
+        return cls(parse_key_patterns(drop_labels, "--drop-labels", empty_ok=True),
+                   parse_key_patterns(drop_annotations, "--drop-annotations", empty_ok=True))
+
+
+@dataclass(frozen=True)
+class Copied:
+    """Which of a source's labels and annotations its replicas carry (default: all)."""
+
+    labels: Patterns
+    annotations: Patterns
+
+
+def parse_copied(copy_labels: str | None, copy_annotations: str | None) -> Copied:
+    everything = Patterns((re.compile(".*", re.DOTALL),), ())
+    return Copied(
+        parse_key_patterns(copy_labels, COPY_LABELS) if copy_labels is not None else everything,
+        parse_key_patterns(copy_annotations, COPY_ANNOTATIONS)
+        if copy_annotations is not None else everything)

@@ -1,0 +1,89 @@
+"""Our own writes, remembered by the reconciler until the watch delivers them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from configmirror.model import CachedObject
+from configmirror.replicator import Expectations
+
+
+def obj(rv: str, content_hash: str = "h") -> CachedObject:
+    return CachedObject("a", "cfg", "u", rv, "src/cfg", False, content_hash, None)
+
+
+class Cache:
+    """The informer's side: a store and its watermark, moved by the test."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, CachedObject] = {}
+        self.watermark = 0
+
+    def get(self, key: str) -> CachedObject | None:
+        return self.items.get(key)
+
+
+def test_a_create_is_seen_until_the_watch_delivers_it() -> None:
+    cache = Cache()
+    expectations = Expectations(lambda: cache.watermark)
+    cache.watermark = 10
+    expectations.wrote(obj("11"))
+    assert expectations.view("a/cfg", cache.get) == obj("11"), "the gap: our write counts"
+    cache.items["a/cfg"], cache.watermark = obj("11"), 11
+    assert expectations.view("a/cfg", cache.get) == obj("11")
+    assert len(expectations) == 0, "once delivered, the cache is the truth"
+
+
+def test_a_create_deleted_by_someone_before_we_looked_is_not_resurrected() -> None:
+    cache = Cache()
+    expectations = Expectations(lambda: cache.watermark)
+    expectations.wrote(obj("11"))
+    cache.watermark = 12  # ADDED at 11, DELETED at 12 both applied
+    assert expectations.view("a/cfg", cache.get) is None
+
+
+def test_an_update_hides_the_stale_cached_version_until_the_watch_catches_up() -> None:
+    cache = Cache()
+    cache.items["a/cfg"], cache.watermark = obj("5", "old"), 5
+    expectations = Expectations(lambda: cache.watermark)
+    expectations.wrote(obj("9", "new"))
+    assert expectations.view("a/cfg", cache.get) == obj("9", "new")
+    newer = replace(obj("12", "edited by hand"))
+    cache.items["a/cfg"], cache.watermark = newer, 12
+    assert expectations.view("a/cfg", cache.get) == newer, "a later edit is not hidden"
+
+
+def test_a_delete_hides_the_deleted_version_only() -> None:
+    cache = Cache()
+    cache.items["a/cfg"], cache.watermark = obj("5"), 5
+    expectations = Expectations(lambda: cache.watermark)
+    expectations.deleted("a/cfg", "5")
+    assert expectations.view("a/cfg", cache.get) is None
+    cache.items["a/cfg"], cache.watermark = obj("8"), 8  # created again by someone
+    assert expectations.view("a/cfg", cache.get) == obj("8")
+
+
+def test_non_integer_resource_versions_make_expectations_step_aside() -> None:
+    cache = Cache()
+    expectations = Expectations(lambda: cache.watermark)
+    expectations.wrote(obj("abc"))
+    assert expectations.view("a/cfg", cache.get) is None and len(expectations) == 0
+
+
+def test_the_watermark_is_read_before_the_cache() -> None:
+    """Were the cache read first, a write applied between the two reads would be missed."""
+    order: list[str] = []
+    cache = Cache()
+
+    def watermark() -> int:
+        order.append("watermark")
+        return cache.watermark
+
+    def get(key: str) -> CachedObject | None:
+        order.append("cache")
+        return cache.get(key)
+
+    expectations = Expectations(watermark)
+    expectations.wrote(obj("3"))
+    expectations.view("a/cfg", get)
+    assert order == ["watermark", "cache"]

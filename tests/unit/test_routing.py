@@ -1,0 +1,139 @@
+"""Event -> keys: every kind of watch event maps to exactly the keys it can affect."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from configmirror.model import CachedObject, Key, configmap_from_json, source_key, target_key
+from configmirror.plan import desired_body
+from configmirror.routing import namespace_keys, object_keys
+from configmirror.settings import DEFAULT_EXCLUDED
+from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING, Scope
+from tests.unit.test_plan import ns, plain, source
+
+SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
+
+
+def replica(src: CachedObject, namespace: str, **edits: Any) -> CachedObject:
+    body = copy.deepcopy(desired_body(src, namespace))
+    body["metadata"].update(uid="r", resourceVersion="30")
+    body.update(edits)
+    return configmap_from_json(body)
+
+
+def sources_named(*sources: CachedObject) -> Any:
+    return lambda name: [s for s in sources if s.name == name]
+
+
+# -- ConfigMap events ---------------------------------------------------------------------
+
+
+def test_a_new_source_wakes_its_source_key_only() -> None:
+    src = source({REPLICATE_TO: "a"})
+    assert object_keys(None, src, sources_named(src)) == {source_key("src", "cfg")}
+
+
+def test_a_deleted_source_wakes_its_source_key_which_removes_its_replicas() -> None:
+    src = source({REPLICATE_TO: "a"})
+    assert object_keys(src, None, sources_named()) == {source_key("src", "cfg")}
+
+
+def test_a_source_that_loses_its_annotations_wakes_its_source_key() -> None:
+    before, after = source({REPLICATE_TO: "a"}), source({})
+    assert object_keys(before, after, sources_named(after)) == {source_key("src", "cfg")}
+
+
+def test_a_replica_event_wakes_its_target_key_whether_added_changed_or_deleted() -> None:
+    src = source({REPLICATE_TO: "a"})
+    written = replica(src, "a")
+    edited = replica(src, "a", data={"k": "by hand"})
+    want = {target_key("a", "cfg")}
+    assert object_keys(None, written, sources_named(src)) == want
+    assert object_keys(written, edited, sources_named(src)) == want
+    assert object_keys(written, None, sources_named(src)) == want
+
+
+def test_an_orphan_replica_wakes_its_target_key_even_with_no_source_left() -> None:
+    src = source({REPLICATE_TO: "a"})
+    assert object_keys(None, replica(src, "a"), sources_named()) == {target_key("a", "cfg")}
+
+
+def test_a_foreign_object_where_a_same_named_source_lives_elsewhere_wakes_its_target() -> None:
+    src = source({REPLICATE_TO: "a"})
+    foreign = plain("a")
+    assert object_keys(None, foreign, sources_named(src)) == {target_key("a", "cfg")}
+    assert object_keys(foreign, None, sources_named(src)) == {target_key("a", "cfg")}
+
+
+def test_an_unrelated_object_wakes_nothing() -> None:
+    src = source({REPLICATE_TO: "a"})
+    assert object_keys(None, plain("a", name="other"), sources_named(src)) == set()
+    assert object_keys(None, plain("b", name="cfg"), sources_named()) == set()
+
+
+def test_a_source_elsewhere_of_the_same_name_as_another_source_wakes_both_roles() -> None:
+    one = source({REPLICATE_TO: "two"}, namespace="one")
+    two = source({REPLICATE_TO: "one"}, namespace="two")
+    assert object_keys(None, two, sources_named(one, two)) == {
+        source_key("two", "cfg"), target_key("two", "cfg")}
+
+
+# -- Namespace events -----------------------------------------------------------------------
+
+
+def test_a_new_namespace_wakes_the_targets_of_the_sources_that_want_it() -> None:
+    by_name = source({REPLICATE_TO: "team-*"}, name="by-name")
+    by_label = source({REPLICATE_TO_MATCHING: "env=prod"}, name="by-label")
+    other = source({REPLICATE_TO: "x"}, name="other")
+    keys = namespace_keys(None, ns("team-a", {"env": "prod"}), [by_name, by_label, other], SCOPE)
+    assert keys == {target_key("team-a", "by-name"), target_key("team-a", "by-label")}
+
+
+def test_a_relabel_wakes_only_the_sources_whose_wish_flips() -> None:
+    by_name = source({REPLICATE_TO: "*"}, name="by-name")
+    prod = source({REPLICATE_TO_MATCHING: "env=prod"}, name="prod")
+    dev = source({REPLICATE_TO_MATCHING: "env=dev"}, name="dev")
+    team = source({REPLICATE_TO_MATCHING: "team"}, name="team")
+    old, new = ns("x", {"env": "dev", "team": "a"}), ns("x", {"env": "prod", "team": "b"})
+    assert namespace_keys(old, new, [by_name, prod, dev, team], SCOPE) == {
+        target_key("x", "prod"), target_key("x", "dev")}
+
+
+def test_a_relabel_no_source_can_see_wakes_nothing() -> None:
+    by_name = source({REPLICATE_TO: "team-*"})
+    old, new = ns("x", {"env": "dev"}), ns("x", {"env": "prod"})
+    assert namespace_keys(old, new, [by_name], SCOPE) == set()
+
+
+def test_an_update_that_changes_no_label_wakes_nothing() -> None:
+    src = source({REPLICATE_TO_MATCHING: "env=prod"})
+    same = ns("x", {"env": "prod"})
+    assert namespace_keys(same, same, [src], SCOPE) == set()
+
+
+def test_ignore_label_and_terminating_flip_the_wish_off() -> None:
+    src = source({REPLICATE_TO: "*"})
+    plain_ns = ns("x")
+    assert namespace_keys(plain_ns, ns("x", {"configmirror.io/ignore": "true"}), [src],
+                          SCOPE) == {target_key("x", "cfg")}
+    assert namespace_keys(plain_ns, ns("x", terminating=True), [src], SCOPE) == {
+        target_key("x", "cfg")}
+
+
+def test_a_deleted_namespace_wakes_nothing() -> None:
+    src = source({REPLICATE_TO: "*"})
+    assert namespace_keys(ns("x"), None, [src], SCOPE) == set()
+
+
+def test_invalid_sources_and_sources_outside_source_namespaces_wake_nothing() -> None:
+    bad = source({REPLICATE_TO: "team-["})
+    scope = Scope.from_flags("other", DEFAULT_EXCLUDED)
+    assert namespace_keys(None, ns("x"), [bad], SCOPE) == set()
+    assert namespace_keys(None, ns("x"), [source({REPLICATE_TO: "*"})], scope) == set()
+
+
+def test_keys_name_objects_and_print_readably() -> None:
+    key = target_key("a", "cfg")
+    assert key == Key("target", "configmaps", "a", "cfg") and key.object_key == "a/cfg"
+    assert str(source_key("src", "cfg")) == "source src/cfg"
