@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from configmirror.replication import REPLICATE_TO
+from configmirror.spec import REPLICATE_TO
 from configmirror_testing.objects import configmap, service_account_token
 from configmirror_testing.pod import (
     Network,
