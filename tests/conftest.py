@@ -128,8 +128,13 @@ class Namespaces:
 
     def __call__(self, labels: dict[str, str] | None = None, name: str | None = None) -> str:
         name = name or unique_name(self.prefix)
+        labels = dict(labels or {})
+        if os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster":
+            # The deployed operator honours sources only in namespaces labelled so (deploy/'s
+            # --source-namespace-selector); the tests' own operators have no selector.
+            labels.setdefault("configmirror.io/source", "true")
         self.cluster.core.create_namespace(client.V1Namespace(
-            metadata=client.V1ObjectMeta(name=name, labels=labels or {})))
+            metadata=client.V1ObjectMeta(name=name, labels=labels)))
         self.created.append(name)
         return name
 

@@ -90,6 +90,10 @@ def _parser() -> argparse.ArgumentParser:
         _add(p, "--context", d.context, "kubeconfig context")
         _add(p, "--source-namespaces", d.source_namespaces,
              "namespaces whose sources are honoured (globs, ! excludes)")
+        _add(p, "--source-namespace-selector", d.source_namespace_selector,
+             "honour sources only in namespaces whose labels match this selector, e.g. "
+             "configmirror.io/source=true as deploy/ and the Helm chart set it; empty: every "
+             "namespace --source-namespaces allows, the default for `run` on a laptop")
         _add(p, "--exclude-namespaces", d.exclude_namespaces,
              "namespaces that never receive replicas (globs)")
         _add(p, "--drop-labels", d.drop_labels, "label keys never copied to a replica (globs, "
@@ -176,7 +180,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _scope(settings: Settings) -> Scope:
     try:
-        return Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
+        return Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces,
+                                settings.source_namespace_selector)
     except InvalidSpec as err:
         raise UsageError(str(err)) from None
 
@@ -258,6 +263,8 @@ def _print_plans(plans: list[ReplicationPlan]) -> None:
         if plan.invalid is not None:
             print(f"{plan.source}: invalid spec: {plan.invalid} (nothing will change)")
             continue
+        if plan.not_allowed is not None:
+            print(f"{plan.source}: not allowed: {plan.not_allowed}")
         state = "in sync" if plan.in_sync else "out of sync"
         print(f"{plan.source}: {state}, {len(plan.targets)} target namespace(s)")
         for action in plan.actions:
@@ -265,7 +272,8 @@ def _print_plans(plans: list[ReplicationPlan]) -> None:
         for conflict in plan.conflicts:
             print(f"  conflict {conflict.namespace}/{conflict.name}  ({conflict.message})")
     changes = sum(len(p.actions) for p in plans)
-    problems = sum(len(p.conflicts) + (p.invalid is not None) for p in plans)
+    problems = sum(len(p.conflicts) + (p.invalid is not None) + (p.not_allowed is not None)
+                   for p in plans)
     print(f"{len(plans)} source(s): {changes} change(s), {problems} problem(s)")
 
 

@@ -61,7 +61,8 @@ class Manager:
         self.metrics = metrics or Metrics()
         self.metrics.count_requests(kube.counts)
         self._clock = clock or RealClock()
-        self.scope = Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
+        self.scope = Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces,
+                                      settings.source_namespace_selector)
         rules = ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations)
         self.caches = Caches(Store(object_indexers()), Store())
         self.queue: WorkQueue[Key] = WorkQueue(
@@ -103,7 +104,8 @@ class Manager:
             self.queue.add(key)
 
     def _on_namespace(self, old: Namespace | None, new: Namespace | None) -> None:
-        for key in namespace_keys(old, new, self.caches.sources(), self.scope):
+        for key in namespace_keys(old, new, self.caches.sources(), self.caches.namespace,
+                                  self.scope):
             self.queue.add(key)
 
     def _reconcile(self, key: Key) -> Result:

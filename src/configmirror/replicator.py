@@ -121,9 +121,9 @@ class Replicator:
         self.dry_run = dry_run
         self._lock = threading.Lock()
         # What has been reported already, so a resync or a repeat reconcile writes no Event:
-        # source key -> resourceVersion whose InvalidSpec was reported;
+        # source key -> (its version, its namespace's version, reason) last reported;
         # target key -> the conflicts reported for the object version there.
-        self._invalid_reported: dict[str, str] = {}
+        self._problem_reported: dict[str, tuple[str, str, str]] = {}
         self._conflicts_reported: dict[Key, tuple[str, frozenset[str]]] = {}
 
     def reconcile(self, key: Key) -> Result:
@@ -139,25 +139,34 @@ class Replicator:
                            self._caches.all_namespaces(), self._current,
                            self._caches.replicas_of(key.object_key), self._scope)
         source = self._caches.get(key.object_key)
+        problem = ("InvalidSpec", plan.invalid) if plan.invalid is not None else (
+            "SourceNotAllowed", plan.not_allowed) if plan.not_allowed is not None else None
+        if problem is not None:
+            self._report_problem(key, source, *problem)
+        else:
+            with self._lock:
+                self._problem_reported.pop(key.object_key, None)
         if plan.invalid is not None:
-            self._report_invalid(key, source, plan.invalid)
             return Result()
-        with self._lock:
-            self._invalid_reported.pop(key.object_key, None)
         follow_up = {target_key(a.namespace, a.name) for a in plan.actions}
         follow_up |= {target_key(c.namespace, c.name) for c in plan.conflicts}
         return Result(follow_up=tuple(sorted(follow_up)))
 
-    def _report_invalid(self, key: Key, source: CachedObject | None, message: str) -> None:
+    def _report_problem(self, key: Key, source: CachedObject | None, reason: str,
+                        message: str) -> None:
+        """A Warning on the source, once per version of the source and of its namespace."""
         if source is None:
             return
+        home = self._caches.namespace(source.namespace)
+        seen = (source.resource_version, home.resource_version if home else "", reason)
         with self._lock:
-            if self._invalid_reported.get(key.object_key) == source.resource_version:
-                return  # this version was reported; resyncs and repeats stay quiet
-            self._invalid_reported[key.object_key] = source.resource_version
-        log.warning("source %s: %s; nothing is changed", key.object_key, message)
+            if self._problem_reported.get(key.object_key) == seen:
+                return  # reported already; resyncs and repeats stay quiet
+            self._problem_reported[key.object_key] = seen
+        done = "nothing is changed" if reason == "InvalidSpec" else "it is not replicated"
+        log.warning("source %s: %s; %s", key.object_key, message, done)
         if not self.dry_run:
-            self._recorder.warning(ObjectRef.of(source), "InvalidSpec", message)
+            self._recorder.warning(ObjectRef.of(source), reason, message)
 
     # -- a target: decide one object, write at most once ------------------------------------
 
@@ -165,7 +174,7 @@ class Replicator:
         plan = plan_target(key.namespace, key.name, self._current(key.object_key),
                            self._caches.namespace(key.namespace),
                            self._caches.sources_named(key.name), self._caches.get,
-                           self._scope)
+                           self._caches.namespace, self._scope)
         self._report_conflicts(key, plan.conflicts)
         if plan.action is None:
             return Result()

@@ -21,6 +21,7 @@ class Settings:
     max_retries: int = 5
     resync_period: float = 600.0
     source_namespaces: str = "*"
+    source_namespace_selector: str = ""  # deploy/ and the chart: configmirror.io/source=true
     exclude_namespaces: str = DEFAULT_EXCLUDED
     drop_labels: str = DEFAULT_DROP
     drop_annotations: str = DEFAULT_DROP

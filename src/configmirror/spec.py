@@ -141,20 +141,45 @@ def parse_spec(replicate_to: str | None, replicate_to_matching: str | None) -> S
 
 @dataclass(frozen=True)
 class Scope:
-    """The operator's own limits: which namespaces may hold sources and which never get copies."""
+    """The operator's own limits: which namespaces may hold sources and which never get copies.
+
+    A source is honoured only in a namespace whose name matches --source-namespaces and whose
+    labels match --source-namespace-selector (when given): who may push where is the cluster
+    admin's choice, made by labelling namespaces.
+    """
 
     source_namespaces: Patterns
     excluded_namespaces: Patterns
+    source_selector: Selector | None = None
+    source_selector_text: str = ""
 
     @classmethod
-    def from_flags(cls, source_namespaces: str, exclude_namespaces: str) -> Scope:
-        """From --source-namespaces and --exclude-namespaces; raises InvalidSpec naming the flag."""
+    def from_flags(cls, source_namespaces: str, exclude_namespaces: str,
+                   source_namespace_selector: str = "") -> Scope:
+        """From the three flags; raises InvalidSpec naming the flag at fault."""
+        selector = None
+        if source_namespace_selector.strip():
+            try:
+                selector = parse_selector(source_namespace_selector)
+            except SelectorError as err:
+                raise InvalidSpec(f"--source-namespace-selector: {err}") from None
         return cls(parse_patterns(source_namespaces, "--source-namespaces"),
-                   parse_patterns(exclude_namespaces, "--exclude-namespaces", empty_ok=True))
+                   parse_patterns(exclude_namespaces, "--exclude-namespaces", empty_ok=True),
+                   selector, source_namespace_selector.strip())
 
-    def honours(self, source_namespace: str) -> bool:
-        """Whether a source in this namespace is acted on at all."""
-        return self.source_namespaces.matches(source_namespace)
+    def honours(self, home: NamespaceLike) -> bool:
+        """Whether a source in namespace `home` is acted on at all."""
+        return self.source_namespaces.matches(home.name) and (
+            self.source_selector is None or self.source_selector.matches(home.labels))
+
+    def refusal(self, home: NamespaceLike) -> str:
+        """Why a source in `home` is not honoured, naming the flag (or label) to change."""
+        if not self.source_namespaces.matches(home.name):
+            return (f"namespace {home.name} may not hold sources: it is not in "
+                    f"--source-namespaces")
+        return (f"namespace {home.name} may not hold sources: its labels do not match "
+                f"--source-namespace-selector={self.source_selector_text} (label the "
+                f"namespace to allow it)")
 
     def may_target(self, source_namespace: str, namespace: NamespaceLike) -> bool:
         """Whether any source in `source_namespace` may place a replica in `namespace`."""
