@@ -15,7 +15,7 @@ import json
 import os
 import secrets
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -176,12 +176,37 @@ def leaders(*candidates: Pod) -> list[Pod]:
     return [p for p in candidates if p.metric("configmirror_leader") == 1]
 
 
-def replicate(cluster: Cluster, namespaces: Namespaces, name: str = "cfg") -> tuple[str, str]:
-    """A source in a new namespace aimed at another new one; returns (source ns, target ns)."""
-    source, target = namespaces(), namespaces()
-    cluster.core.create_namespaced_config_map(
-        source, configmap(name, {REPLICATE_TO: target}, data={"v": "1"}))
-    return source, target
+def source_namespace_labels(template: PodTemplate) -> dict[str, str]:
+    """Labels that let a namespace hold sources under the pod's --source-namespace-selector."""
+    args = [str(a) for a in template.container.get("args", [])]
+    flag = "--source-namespace-selector"
+    selector = next((a.split("=", 1)[1] for a in args if a.startswith(f"{flag}=")), None)
+    if selector is None and flag in args:
+        selector = args[args.index(flag) + 1]
+    labels = {}
+    for term in filter(None, (t.strip() for t in (selector or "").split(","))):
+        key, equals, value = term.partition("=")
+        if not equals or key.endswith("!") or not key.strip():
+            pytest.fail(f"{flag} term {term!r}: only key=value terms are understood here")
+        labels[key.strip()] = value.lstrip("=").strip()
+    return labels
+
+
+Replicate = Callable[..., tuple[str, str]]
+
+
+@pytest.fixture
+def replicate(cluster: Cluster, namespaces: Namespaces, template: PodTemplate) -> Replicate:
+    """Makes a source (in a namespace allowed to hold one) aimed at a new namespace."""
+    labels = source_namespace_labels(template)
+
+    def make(name: str = "cfg") -> tuple[str, str]:
+        source, target = namespaces(labels), namespaces()
+        cluster.core.create_namespaced_config_map(
+            source, configmap(name, {REPLICATE_TO: target}, data={"v": "1"}))
+        return source, target
+
+    return make
 
 
 def test_the_image_runs_configmirror_from_its_venv_with_no_installer_compiler_or_tests(
@@ -211,9 +236,9 @@ def test_pod_is_ready_under_the_manifests_security_context_and_limits(
 
 
 def test_in_cluster_config_replicates_as_the_service_account(
-        pods: Pods, cluster: Cluster, namespaces: Namespaces, template: PodTemplate) -> None:
+        pods: Pods, cluster: Cluster, replicate: Replicate, template: PodTemplate) -> None:
     pod = pods()
-    _, target = replicate(cluster, namespaces)
+    _, target = replicate()
     wait_for(lambda: read(cluster, target, "cfg"), timeout=30, what="the replica")
     creates = [e for e in requests_from(cluster, pod)
                if e["verb"] == "create" and e["objectRef"].get("namespace") == target]
@@ -255,12 +280,12 @@ def test_sigterm_exits_zero_well_within_the_grace_period(
 
 
 def test_two_pods_one_writes_and_stopping_it_hands_over_at_once(
-        pods: Pods, cluster: Cluster, namespaces: Namespaces) -> None:
+        pods: Pods, cluster: Cluster, replicate: Replicate) -> None:
     first, second = pods(), pods()
     leader = wait_for(lambda: leaders(first, second), timeout=30, what="a leader")
     assert len(leader) == 1
     standby = second if leader[0] is first else first
-    source, target = replicate(cluster, namespaces)
+    source, target = replicate()
     wait_for(lambda: read(cluster, target, "cfg"), timeout=30, what="the replica")
     assert (leader[0].writes(), standby.writes()) == (1, 0), "exactly one pod writes"
 
@@ -276,10 +301,10 @@ def test_two_pods_one_writes_and_stopping_it_hands_over_at_once(
 
 
 def test_the_process_writes_nothing_to_the_filesystem(
-        pods: Pods, cluster: Cluster, namespaces: Namespaces) -> None:
+        pods: Pods, cluster: Cluster, replicate: Replicate) -> None:
     """Even with a writable root (every other pod here runs read-only), nothing is written."""
     pod = pods(writable_root=True)
-    _, target = replicate(cluster, namespaces)
+    _, target = replicate()
     wait_for(lambda: read(cluster, target, "cfg"), timeout=30, what="the replica")
     code, _ = pod.stop()
     assert code == 0
@@ -287,7 +312,7 @@ def test_the_process_writes_nothing_to_the_filesystem(
 
 
 def test_a_rotated_token_is_read_again(
-        pods: Pods, cluster: Cluster, namespaces: Namespaces, template: PodTemplate,
+        pods: Pods, cluster: Cluster, replicate: Replicate, template: PodTemplate,
         manifests: list[dict[str, Any]]) -> None:
     rotated = f"configmirror-rotated-{secrets.token_hex(2)}"
     grant_same_rbac(cluster, manifests, template, rotated)
@@ -305,7 +330,7 @@ def test_a_rotated_token_is_read_again(
     # show when it did.
     switched = wait_for(first_request_as_new_user, timeout=90, interval=1,
                         what=f"requests as {new_user}")
-    _, target = replicate(cluster, namespaces, "after-rotation")
+    _, target = replicate("after-rotation")
     wait_for(lambda: read(cluster, target, "after-rotation"), timeout=30, what="the replica")
     # Enough traffic after the switch that a return to the old token would show.
     wait_for(lambda: any(received(e) > switched + timedelta(seconds=5)
