@@ -8,7 +8,8 @@ there. The control plane, the waiter and the object builders live in `configmirr
 (testing/), shared with the benchmarks and `make demo`.
 
 In CI (CI=true) a missing control plane fails the run. On a laptop without Go the tests that
-need one skip, with one line saying how to get it.
+need one skip, with one line saying how to get it. Docker, which the image's tests need, is
+treated the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kubernetes import client, config
 
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.objects import service_account_token, token_kubeconfig
+from configmirror_testing.pod import docker_missing
 
 REPO = Path(__file__).resolve().parents[1]
 NO_CONTROL_PLANE = ("no control plane: run `make controlplane` (needs Go 1.26+) or set "
@@ -62,7 +64,20 @@ class Cluster:
         return self.plane
 
 
-def _start_plane(**options: Any) -> ControlPlane:
+def require_docker() -> None:
+    """Skip the test without a Docker daemon; in CI, fail it."""
+    reason = docker_missing()
+    if reason is None:
+        return
+    message = (f"no Docker: {reason}. Install docker.io and start dockerd as root "
+               "(.ci/run does both)")
+    if os.environ.get("CI") == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def start_plane(**options: Any) -> ControlPlane:
+    """A started local control plane (ControlPlane's options); the caller stops it."""
     assets = find_assets(REPO, build=os.environ.get("CI") == "true")
     if assets is None:
         if os.environ.get("CI") == "true":
@@ -80,7 +95,7 @@ def cluster() -> Iterator[Cluster]:
     if external:
         yield Cluster(Path(external), None)
         return
-    plane = _start_plane()
+    plane = start_plane()
     try:
         yield Cluster(plane.kubeconfig, plane)
     finally:
@@ -92,7 +107,7 @@ def uncached_cluster() -> Iterator[Cluster]:
     """A second local control plane with --watch-cache=false, where compact() forces 410."""
     if os.environ.get("CONFIGMIRROR_E2E_KUBECONFIG"):
         pytest.skip("needs the local control plane (etcd compaction), not an external one")
-    plane = _start_plane(watch_cache=False)
+    plane = start_plane(watch_cache=False)
     try:
         yield Cluster(plane.kubeconfig, plane)
     finally:
@@ -113,8 +128,13 @@ class Namespaces:
 
     def __call__(self, labels: dict[str, str] | None = None, name: str | None = None) -> str:
         name = name or unique_name(self.prefix)
+        labels = dict(labels or {})
+        if os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster":
+            # The deployed operator honours sources only in namespaces labelled so (deploy/'s
+            # --source-namespace-selector); the tests' own operators have no selector.
+            labels.setdefault("configmirror.io/source", "true")
         self.cluster.core.create_namespace(client.V1Namespace(
-            metadata=client.V1ObjectMeta(name=name, labels=labels or {})))
+            metadata=client.V1ObjectMeta(name=name, labels=labels)))
         self.created.append(name)
         return name
 

@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -22,7 +23,6 @@ from typing import Any, NoReturn
 from configmirror import __version__
 from configmirror.informer import Informer
 from configmirror.kube import (
-    CONFIGMAPS,
     NAMESPACES,
     ApiError,
     ConfigError,
@@ -30,19 +30,24 @@ from configmirror.kube import (
     load_configuration,
 )
 from configmirror.model import (
+    CONFIGMAP,
+    SECRET,
     CachedObject,
     Caches,
+    Kind,
     Namespace,
-    configmap_from_json,
+    ObjectCache,
     namespace_from_json,
     object_indexers,
+    object_transform,
 )
 from configmirror.plan import ReplicationPlan, plan_source
 from configmirror.settings import Settings
-from configmirror.spec import InvalidSpec, Scope
-from configmirror.store import Store
+from configmirror.spec import InvalidSpec, ReplicaRules, Scope
+from configmirror.store import Store, StoresByName
 
 ENV_PREFIX = "CONFIGMIRROR_"
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 EXIT_OUT_OF_SYNC = 2
 
 
@@ -90,8 +95,23 @@ def _parser() -> argparse.ArgumentParser:
         _add(p, "--context", d.context, "kubeconfig context")
         _add(p, "--source-namespaces", d.source_namespaces,
              "namespaces whose sources are honoured (globs, ! excludes)")
+        _add(p, "--source-namespace-selector", d.source_namespace_selector,
+             "honour sources only in namespaces whose labels match this selector, e.g. "
+             "configmirror.io/source=true as deploy/ and the Helm chart set it; empty: every "
+             "namespace --source-namespaces allows, the default for `run` on a laptop")
         _add(p, "--exclude-namespaces", d.exclude_namespaces,
              "namespaces that never receive replicas (globs)")
+        _add(p, "--secret-names", d.secret_names, "Secrets with these exact names (comma-"
+             "separated) may be sources; the only Secrets ever read (default: none, Secrets "
+             "are off)")
+        _add(p, "--secret-source-namespaces", d.secret_source_namespaces, "namespaces whose "
+             "Secrets of those names are sources (globs, ! excludes); needed with "
+             "--secret-names")
+        _add(p, "--drop-labels", d.drop_labels, "label keys never copied to a replica (globs, "
+             "! excludes; replaces the default list, which holds the keys by which Argo CD, "
+             "Flux and Helm claim objects; '' drops nothing)")
+        _add(p, "--drop-annotations", d.drop_annotations, "annotation keys never copied to a "
+             "replica (globs; replaces the default list, the same as --drop-labels's)")
         _add(p, "--log-format", d.log_format, "log format", choices=("text", "json"))
         _add(p, "--log-level", d.log_level, "log level",
              choices=("debug", "info", "warning", "error"))
@@ -164,13 +184,31 @@ def _settings(args: argparse.Namespace) -> Settings:
         if address not in ("", "0") and not address.rpartition(":")[2].isdigit():
             raise UsageError(f"--{flag.replace('_', '-')} must be host:port or '0', "
                              f"got {address!r}")
-    _scope(settings)
+    _scopes(settings)
+    _rules(settings)
     return settings
 
 
-def _scope(settings: Settings) -> Scope:
+def _scopes(settings: Settings) -> dict[Kind, Scope]:
+    """The scope of each kind replicated: ConfigMaps, and Secrets when named."""
+    if settings.secrets and not settings.secret_source_namespaces.strip():
+        raise UsageError("--secret-names needs --secret-source-namespaces (which namespaces "
+                         "may hold those Secrets as sources)")
+    for name in settings.secrets:
+        if not _DNS_NAME.fullmatch(name):
+            raise UsageError(f"--secret-names: {name!r} is not a Secret name")
     try:
-        return Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
+        scopes = {CONFIGMAP: Scope.from_settings(settings)}
+        if settings.secrets:
+            scopes[SECRET] = Scope.from_settings(settings, secrets=True)
+        return scopes
+    except InvalidSpec as err:
+        raise UsageError(str(err)) from None
+
+
+def _rules(settings: Settings) -> ReplicaRules:
+    try:
+        return ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations)
     except InvalidSpec as err:
         raise UsageError(str(err)) from None
 
@@ -207,24 +245,36 @@ def _run(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    scope = _scope(settings)
+    scopes = _scopes(settings)
+    rules = _rules(settings)
     kube = _connect(settings, pool_size=2, limited=False)
-    caches = Caches(Store[CachedObject](object_indexers()), Store[Namespace]())
+    namespaces: Store[Namespace] = Store()
+    caches: list[tuple[Caches, Scope]] = []
     try:
-        Informer(kube, CONFIGMAPS.collection(), configmap_from_json, caches.objects, _ignore,
-                 "configmaps").list_once()
-        Informer(kube, NAMESPACES, namespace_from_json, caches.namespaces, _ignore,
+        Informer(kube, NAMESPACES, namespace_from_json, namespaces, _ignore,
                  "namespaces").list_once()
+        for kind, scope in scopes.items():
+            # Secrets one name at a time, as the operator watches them: never all Secrets.
+            names = settings.secrets if kind is SECRET else [""]
+            stores = {n: Store[CachedObject](object_indexers()) for n in names}
+            for name, store in stores.items():
+                Informer(kube, kind.resource.collection(), object_transform(kind, rules), store,
+                         _ignore, kind.plural, query={"fieldSelector": f"metadata.name={name}"}
+                         if name else None).list_once()
+            objects: ObjectCache = stores[""] if names == [""] else StoresByName(stores)
+            caches.append((Caches(objects, namespaces, kind), scope))
     except ApiError as err:
         raise UsageError(f"cannot list {err}") from None
     finally:
         kube.close()
-    keys = {source.key for source in caches.sources()} | set(caches.replicated_sources())
-    if args.namespace:
-        keys = {k for k in keys if k.split("/", 1)[0] == args.namespace}
-    plans = [plan_source(key, caches.get(key), caches.all_namespaces(), caches.get,
-                         caches.replicas_of(key), scope)
-             for key in sorted(keys)]
+    plans = []
+    for cache, scope in caches:
+        keys = {source.key for source in cache.sources()} | set(cache.replicated_sources())
+        if args.namespace:
+            keys = {k for k in keys if k.split("/", 1)[0] == args.namespace}
+        plans += [plan_source(key, cache.get(key), cache.all_namespaces(), cache.get,
+                              cache.replicas_of(key), scope, cache.kind.name)
+                  for key in sorted(keys)]
     in_sync = all(p.in_sync for p in plans)
     if args.output == "json":
         print(json.dumps({"in_sync": in_sync, "plans": [p.to_json() for p in plans]},
@@ -242,17 +292,25 @@ def _print_plans(plans: list[ReplicationPlan]) -> None:
     if not plans:
         print("no sources")
     for plan in plans:
+        # A Secret says so; a ConfigMap is the default and needs no word.
+        name = f"secret {plan.source}" if plan.kind == "Secret" else plan.source
         if plan.invalid is not None:
-            print(f"{plan.source}: invalid spec: {plan.invalid} (nothing will change)")
+            print(f"{name}: invalid spec: {plan.invalid} (nothing will change)")
             continue
+        if plan.not_allowed is not None:
+            print(f"{name}: not allowed: {plan.not_allowed}")
         state = "in sync" if plan.in_sync else "out of sync"
-        print(f"{plan.source}: {state}, {len(plan.targets)} target namespace(s)")
+        print(f"{name}: {state}, {len(plan.targets)} target namespace(s)")
+        if plan.content is not None:  # key names, sizes and a hash: never a value
+            keys = ", ".join(f"{k} ({n} B)" for k, n in plan.content["keys"].items())
+            print(f"  content  {keys or 'no keys'}; hash {plan.content['hash']}")
         for action in plan.actions:
             print(f"  {action.kind:<8} {action.namespace}/{action.name}  ({action.why})")
         for conflict in plan.conflicts:
             print(f"  conflict {conflict.namespace}/{conflict.name}  ({conflict.message})")
     changes = sum(len(p.actions) for p in plans)
-    problems = sum(len(p.conflicts) + (p.invalid is not None) for p in plans)
+    problems = sum(len(p.conflicts) + (p.invalid is not None) + (p.not_allowed is not None)
+                   for p in plans)
     print(f"{len(plans)} source(s): {changes} change(s), {problems} problem(s)")
 
 

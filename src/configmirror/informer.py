@@ -76,7 +76,8 @@ class Informer(Generic[T]):
                  metrics: Metrics | None = None, clock: Clock | None = None,
                  page_size: int = 500, min_watch_timeout: int = MIN_WATCH_TIMEOUT,
                  resync_period: float = 0.0,
-                 on_recovered: Callable[[], None] | None = None) -> None:
+                 on_recovered: Callable[[], None] | None = None,
+                 query: dict[str, str] | None = None) -> None:
         self.name = name
         self.store = store
         self._kube = kube
@@ -88,6 +89,7 @@ class Informer(Generic[T]):
         self._page_size = page_size
         self._min_watch_timeout = min_watch_timeout
         self._resync_period = resync_period
+        self._query = dict(query or {})  # e.g. a fieldSelector, on every list and watch
         self._on_recovered = on_recovered
         self._stopped = threading.Event()
         self._synced = threading.Event()
@@ -153,6 +155,12 @@ class Informer(Generic[T]):
         except ValueError:
             return 0
 
+    def watching(self) -> bool:
+        """Whether a watch is open and no failure is being retried: the cache is current to
+        within the watch's delay. False during an outage, when the cache may be far behind."""
+        with self._lock:
+            return self._stream is not None and self._outage is None
+
     def pending(self) -> int:
         """Changes the handler has not been told about yet."""
         with self._changed:
@@ -189,13 +197,13 @@ class Informer(Generic[T]):
 
     def _list(self, notify: bool = True) -> None:
         items: dict[str, T] = {}
-        query: dict[str, Any] = {"limit": self._page_size}
+        query: dict[str, Any] = {**self._query, "limit": self._page_size}
         while True:
             try:
                 body = self._kube.request("list", self._path, query, timeout=120)
             except ApiError as err:
                 if err.status == 410 and "continue" in query:  # the continue token expired
-                    items, query = {}, {"limit": self._page_size}
+                    items, query = {}, {**self._query, "limit": self._page_size}
                     continue
                 raise
             for raw in body.get("items") or ():
@@ -225,7 +233,7 @@ class Informer(Generic[T]):
     def _watch(self) -> None:
         timeout = random.randint(self._min_watch_timeout, 2 * self._min_watch_timeout - 1)
         stream = self._kube.watch(self._path, {
-            "resourceVersion": self.resource_version, "allowWatchBookmarks": "true",
+            **self._query, "resourceVersion": self.resource_version, "allowWatchBookmarks": "true",
             "timeoutSeconds": timeout}, read_timeout=timeout + READ_TIMEOUT_MARGIN)
         with self._lock:
             if self._stopped.is_set():

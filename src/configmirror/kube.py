@@ -93,6 +93,8 @@ class ApiError(Exception):
     def __init__(self, status: int, reason: str, message: str, verb: str, path: str,
                  retry_after: float | None = None) -> None:
         super().__init__(f"{verb} {path}: {status} {reason}: {message}")
+        self.verb = verb
+        self.path = path
         self.status = status
         self.reason = reason
         self.message = message

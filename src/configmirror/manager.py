@@ -11,6 +11,7 @@ servers, exit 0.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 import socket
@@ -26,29 +27,45 @@ from configmirror.clock import Clock, RealClock
 from configmirror.controller import Controller
 from configmirror.events import EventRecorder
 from configmirror.informer import Informer
-from configmirror.kube import CONFIGMAPS, NAMESPACES, Kube
+from configmirror.kube import NAMESPACES, Kube
 from configmirror.leaderelection import LeaderElector
 from configmirror.metrics import Metrics
 from configmirror.model import (
+    CONFIGMAP,
+    SECRET,
     CachedObject,
     Caches,
     Key,
+    Kind,
     Namespace,
-    configmap_from_json,
+    ObjectCache,
     namespace_from_json,
     object_indexers,
+    object_transform,
 )
 from configmirror.ratelimit import default_controller_rate_limiter
 from configmirror.reconcile import Result
 from configmirror.replicator import Expectations, Replicator
 from configmirror.routing import namespace_keys, object_keys
 from configmirror.settings import Settings
-from configmirror.spec import Scope
-from configmirror.store import Store
+from configmirror.spec import ReplicaRules, Scope
+from configmirror.store import Store, StoresByName
 from configmirror.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 SYNC_TIMEOUT = 120.0
+
+
+class Replication:
+    """One kind's part of the operator: its informers (one per Secret name, or one for all
+    ConfigMaps), the cache they fill, and the replicator that reads it."""
+
+    def __init__(self, kind: Kind, informers: dict[str, Informer[CachedObject]],
+                 caches: Caches, replicator: Replicator) -> None:
+        self.kind = kind
+        self.informers = informers
+        self.caches = caches
+        self.replicator = replicator
 
 
 class Manager:
@@ -61,24 +78,23 @@ class Manager:
         self.metrics = metrics or Metrics()
         self.metrics.count_requests(kube.counts)
         self._clock = clock or RealClock()
-        self.scope = Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces)
-        self.caches = Caches(Store(object_indexers()), Store())
+        self.namespaces: Store[Namespace] = Store()
         self.queue: WorkQueue[Key] = WorkQueue(
             max_retries=settings.max_retries,
             rate_limiter=default_controller_rate_limiter(self._clock),
             clock=self._clock, metrics=self.metrics.queue("configmirror"))
         self.recorder = EventRecorder(kube, on_dropped=self.metrics.events_dropped.inc)
-        self.object_informer: Informer[CachedObject] = Informer(
-            kube, CONFIGMAPS.collection(), configmap_from_json, self.caches.objects,
-            self._on_object, "configmaps", self.metrics, self._clock,
-            resync_period=settings.resync_period, on_recovered=self._server_answered)
         self.namespace_informer: Informer[Namespace] = Informer(
-            kube, NAMESPACES, namespace_from_json, self.caches.namespaces, self._on_namespace,
+            kube, NAMESPACES, namespace_from_json, self.namespaces, self._on_namespace,
             "namespaces", self.metrics, self._clock, on_recovered=self._server_answered)
-        self.informers: list[Informer[Any]] = [self.object_informer, self.namespace_informer]
-        self.replicator = Replicator(kube, self.caches, self.scope, self.recorder,
-                                     Expectations(self.object_informer.watermark),
-                                     self.metrics, settings.dry_run)
+        rules = ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations)
+        self.kinds: dict[str, Replication] = {CONFIGMAP.plural: self._replication(
+            CONFIGMAP, [""], rules, Scope.from_settings(settings))}
+        if settings.secrets:  # off unless an admin names them: never list a Secret otherwise
+            self.kinds[SECRET.plural] = self._replication(
+                SECRET, settings.secrets, rules, Scope.from_settings(settings, secrets=True))
+        self.informers: list[Informer[Any]] = [self.namespace_informer, *(
+            i for r in self.kinds.values() for i in r.informers.values())]
         self.controller: Controller[Key] = Controller(
             "configmirror", self.queue, self._reconcile, settings.workers, self.metrics,
             self.recorder, self._clock)
@@ -95,19 +111,56 @@ class Manager:
         self._lost = threading.Event()
         self._workers_started = False
 
+    def _replication(self, kind: Kind, names: list[str], rules: ReplicaRules,
+                     scope: Scope) -> Replication:
+        """`kind`'s informers, cache and replicator. names [""]: one informer for every
+        object; otherwise one per name, each watching that name only (which RBAC's
+        resourceNames can authorize)."""
+        stores: dict[str, Store[CachedObject]] = {n: Store(object_indexers()) for n in names}
+        informers: dict[str, Informer[CachedObject]] = {name: Informer(
+            self.kube, kind.resource.collection(), object_transform(kind, rules), store,
+            functools.partial(self._on_object, kind.plural),
+            kind.plural + (f":{name}" if name else ""), self.metrics, self._clock,
+            resync_period=self.settings.resync_period, on_recovered=self._server_answered,
+            query={"fieldSelector": f"metadata.name={name}"} if name else None)
+            for name, store in stores.items()}
+
+        def informer_of(key: str) -> Informer[CachedObject] | None:
+            """The informer that holds object `key` ("ns/name")."""
+            return informers.get(key.rsplit("/", 1)[-1]) or informers.get("")
+
+        def watermark(key: str) -> int:
+            informer = informer_of(key)
+            return informer.watermark() if informer is not None else 0
+
+        def watching(key: str) -> bool:
+            informer = informer_of(key)
+            return informer is not None and informer.watching()
+
+        cache: ObjectCache = stores[""] if names == [""] else StoresByName(stores)
+        caches = Caches(cache, self.namespaces, kind)
+        return Replication(kind, informers, caches, Replicator(
+            self.kube, caches, scope, self.recorder, Expectations(watermark), self.metrics,
+            self.settings.dry_run, watching))
+
     # -- event handlers: map every change to the keys it may affect -----------------------
 
-    def _on_object(self, old: CachedObject | None, new: CachedObject | None) -> None:
-        for key in object_keys(old, new, self.caches.sources_named):
+    def _on_object(self, resource: str, old: CachedObject | None,
+                   new: CachedObject | None) -> None:
+        caches = self.kinds[resource].caches
+        for key in object_keys(old, new, caches.sources_named, resource):
             self.queue.add(key)
 
     def _on_namespace(self, old: Namespace | None, new: Namespace | None) -> None:
-        for key in namespace_keys(old, new, self.caches.sources(), self.scope):
-            self.queue.add(key)
+        for resource, replication in self.kinds.items():
+            caches = replication.caches
+            for key in namespace_keys(old, new, caches.sources(), caches.namespace,
+                                      replication.replicator.scope, resource):
+                self.queue.add(key)
 
     def _reconcile(self, key: Key) -> Result:
         self.metrics.reconciles.labels(key.role).inc()
-        return self.replicator.reconcile(key)
+        return self.kinds[key.resource].replicator.reconcile(key)
 
     def _server_answered(self) -> None:
         if self._workers_started:
@@ -135,8 +188,9 @@ class Manager:
                     log.error("caches did not sync within %.0f s", SYNC_TIMEOUT)
                     return 1
                 return 0
-            log.info("caches synced: %d ConfigMaps, %d namespaces",
-                     len(self.caches.objects), len(self.caches.namespaces))
+            log.info("caches synced: %s, %d namespaces", ", ".join(
+                f"{len(r.caches.objects)} {r.kind.plural}" for r in self.kinds.values()),
+                len(self.namespaces))
             if self.elector is not None:
                 self.elector.start()
                 log.info("waiting to become leader (lease %s/%s)",

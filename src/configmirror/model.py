@@ -1,8 +1,12 @@
 """What the caches hold, made from API JSON once per object version, and the work-queue keys.
 
-The informer's transform keeps only what reconcile needs: for every ConfigMap its identity and
-a digest of its content; for a source also its content and its compiled spec (parsed once per
-resourceVersion, so planning and writing share one immutable value and never re-parse).
+Two kinds of object are replicated, ConfigMaps and (when an admin turns them on) Secrets;
+`Kind` says what differs. The informer's transform keeps only what reconcile needs: for
+every object its identity and a digest of its content; for a source also its compiled form
+(its spec parsed and its replicas' exact content worked out once per resourceVersion, under
+the operator's drop rules, so planning and writing share one immutable value and never
+re-parse). A Secret's values are held only for sources, and never leave the process except
+in the replicas written.
 """
 
 from __future__ import annotations
@@ -12,14 +16,21 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
+from configmirror.kube import CONFIGMAPS, SECRETS, Resource
+from configmirror.settings import DEFAULT_DROP
 from configmirror.spec import (
+    COPY_ANNOTATIONS,
+    COPY_LABELS,
     PREFIX,
     REPLICATE_TO,
     REPLICATE_TO_MATCHING,
     InvalidSpec,
+    Patterns,
+    ReplicaRules,
     Spec,
+    parse_copied,
     parse_spec,
 )
 from configmirror.store import Store
@@ -29,6 +40,7 @@ CONTENT_HASH = PREFIX + "content-hash"
 REPLICA_LABEL = PREFIX + "replica"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+DEFAULT_RULES = ReplicaRules.from_flags(DEFAULT_DROP, DEFAULT_DROP)
 
 # Store index names.
 BY_REPLICA_OF = "replica-of"     # replicas by the key ("ns/name") of the source they copy
@@ -38,6 +50,29 @@ _ALL = "all"
 
 SOURCE = "source"
 TARGET = "target"
+SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What is replicated: its API resource and the top-level fields a replica copies."""
+
+    resource: Resource
+    payload: tuple[str, ...]  # in the order the content hash takes them
+
+    @property
+    def name(self) -> str:
+        return self.resource.kind
+
+    @property
+    def plural(self) -> str:
+        return self.resource.plural
+
+
+CONFIGMAP = Kind(CONFIGMAPS, ("data", "binaryData", "immutable"))
+# A Secret's type cannot change in place, so a replica whose type must change is recreated.
+SECRET = Kind(SECRETS, ("data", "type", "immutable"))
+KINDS = {kind.plural: kind for kind in (CONFIGMAP, SECRET)}
 
 
 class Key(NamedTuple):
@@ -48,7 +83,7 @@ class Key(NamedTuple):
     """
 
     role: str       # SOURCE or TARGET
-    resource: str   # "configmaps"
+    resource: str   # "configmaps" or "secrets": a ConfigMap and a Secret of one name are apart
     namespace: str
     name: str
 
@@ -57,7 +92,7 @@ class Key(NamedTuple):
         return f"{self.namespace}/{self.name}"
 
     def __str__(self) -> str:
-        return f"{self.role} {self.namespace}/{self.name}"
+        return f"{self.role} {self.resource} {self.namespace}/{self.name}"
 
 
 def source_key(namespace: str, name: str, resource: str = "configmaps") -> Key:
@@ -72,6 +107,7 @@ def target_key(namespace: str, name: str, resource: str = "configmaps") -> Key:
 class Source:
     """A source compiled once per version: where it wants replicas and exactly what they are."""
 
+    kind: str                     # "ConfigMap" or "Secret"
     spec: Spec | None             # None when the annotations do not parse
     invalid: str | None           # the fault, naming the annotation
     labels: Mapping[str, str]     # a replica's labels, ours included
@@ -80,9 +116,22 @@ class Source:
     content_hash: str             # digest of everything a replica must equal
 
 
+    def __repr__(self) -> str:
+        """Never the payload: a Secret's values must not reach a log line or a traceback."""
+        return (f"Source(kind={self.kind}, invalid={self.invalid!r}, "
+                f"keys={sorted(self.payload.get('data') or {})}, hash={self.content_hash})")
+
+    def summary(self) -> dict[str, Any]:
+        """What `plan` may show of the content: key names, sizes and the hash, no values."""
+        data = self.payload.get("data") or {}
+        binary = self.payload.get("binaryData") or {}
+        return {"keys": {k: len(v) for k, v in sorted({**data, **binary}.items())},
+                "hash": self.content_hash}
+
+
 @dataclass(frozen=True, slots=True)
 class CachedObject:
-    """A cached ConfigMap. Replicas and plain ConfigMaps keep a digest, not their content."""
+    """A cached object. Replicas and other objects keep a digest, not their content."""
 
     namespace: str
     name: str
@@ -92,6 +141,7 @@ class CachedObject:
     immutable: bool
     content_hash: str       # of what it holds (replicas only, else "")
     source: Source | None   # set only for sources
+    type: str = ""          # a Secret's type ("" for a ConfigMap)
 
     @property
     def key(self) -> str:
@@ -112,46 +162,71 @@ class Namespace:
 def content_hash(payload: Mapping[str, Any], labels: Mapping[str, str],
                  annotations: Mapping[str, str]) -> str:
     """A digest of everything a replica must equal (its own hash annotation excluded)."""
-    doc = [payload["data"], payload["binaryData"], payload["immutable"], labels,
-           {k: v for k, v in annotations.items() if k != CONTENT_HASH}]
+    doc = [*payload.values(), labels, {k: v for k, v in annotations.items() if k != CONTENT_HASH}]
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
 
-def _payload(raw: Mapping[str, Any]) -> dict[str, Any]:
+def _payload(raw: Mapping[str, Any], kind: Kind) -> dict[str, Any]:
+    """The fields a replica copies, normalised (absent and empty are the same), in order."""
+    if kind is SECRET:
+        return {"data": raw.get("data") or {}, "type": raw.get("type") or "Opaque",
+                "immutable": bool(raw.get("immutable"))}
     return {"data": raw.get("data") or {}, "binaryData": raw.get("binaryData") or {},
             "immutable": bool(raw.get("immutable"))}
 
 
-def replica_labels(labels: Mapping[str, str]) -> dict[str, str]:
-    return {**labels, REPLICA_LABEL: "true", MANAGED_BY: "configmirror"}
-
-
-def replica_annotations(annotations: Mapping[str, str], source: str) -> dict[str, str]:
-    kept = {k: v for k, v in annotations.items() if not k.startswith(PREFIX) and k != LAST_APPLIED}
-    return {**kept, REPLICA_OF: source}
+def _kept(items: Mapping[str, str], copy: Patterns, drop: Patterns) -> dict[str, str]:
+    return {k: v for k, v in items.items() if copy.matches(k) and not drop.matches(k)}
 
 
 def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str, str],
-                   raw: Mapping[str, Any]) -> Source:
-    """Parse a source's spec and work out its replicas' content, once per version."""
+                   raw: Mapping[str, Any], rules: ReplicaRules = DEFAULT_RULES,
+                   kind: Kind = CONFIGMAP) -> Source:
+    """Parse a source's spec and work out its replicas' content, once per version.
+
+    A replica carries the source's labels and annotations that its copy patterns select,
+    minus the operator's drop list, plus our own marks.
+    """
     spec, invalid = None, None
     try:
         spec = parse_spec(annotations.get(REPLICATE_TO), annotations.get(REPLICATE_TO_MATCHING))
+        copied = parse_copied(annotations.get(COPY_LABELS), annotations.get(COPY_ANNOTATIONS))
+        if kind is SECRET and raw.get("type") == SERVICE_ACCOUNT_TOKEN:
+            raise InvalidSpec(f"a Secret of type {SERVICE_ACCOUNT_TOKEN} belongs to its "
+                              f"namespace's ServiceAccount and is never replicated")
     except InvalidSpec as err:
-        invalid = str(err)
-    payload = _payload(raw)
-    wanted_labels = replica_labels(labels)
-    wanted_annotations = replica_annotations(annotations, key)
+        spec, invalid = None, str(err)
+        copied = parse_copied(None, None)  # what the replicas would be does not matter
+    payload = _payload(raw, kind)
+    wanted_labels = {**_kept(labels, copied.labels, rules.drop_labels), REPLICA_LABEL: "true",
+                     MANAGED_BY: "configmirror"}
+    wanted_annotations = {**_kept(annotations, copied.annotations, rules.drop_annotations),
+                          REPLICA_OF: key}
     digest = content_hash(payload, wanted_labels, wanted_annotations)
-    return Source(spec, invalid, wanted_labels, {**wanted_annotations, CONTENT_HASH: digest},
-                  payload, digest)
+    return Source(kind.name, spec, invalid, wanted_labels,
+                  {**wanted_annotations, CONTENT_HASH: digest}, payload, digest)
 
 
 # -- transforms (the informers') ------------------------------------------------------------
 
 
-def configmap_from_json(raw: dict[str, Any]) -> CachedObject:
+def object_transform(kind: Kind, rules: ReplicaRules) -> Callable[[dict[str, Any]], CachedObject]:
+    """An informer's transform for `kind` under the operator's drop rules."""
+    return lambda raw: object_from_json(raw, rules, kind)
+
+
+def configmap_transform(rules: ReplicaRules) -> Callable[[dict[str, Any]], CachedObject]:
+    return object_transform(CONFIGMAP, rules)
+
+
+def configmap_from_json(raw: dict[str, Any], rules: ReplicaRules = DEFAULT_RULES
+                        ) -> CachedObject:
+    return object_from_json(raw, rules, CONFIGMAP)
+
+
+def object_from_json(raw: dict[str, Any], rules: ReplicaRules = DEFAULT_RULES,
+                     kind: Kind = CONFIGMAP) -> CachedObject:
     """Keep a source's compiled content, and only a digest of anything else."""
     meta = raw.get("metadata") or {}
     labels: dict[str, str] = meta.get("labels") or {}
@@ -161,15 +236,17 @@ def configmap_from_json(raw: dict[str, Any]) -> CachedObject:
     is_replica = labels.get(REPLICA_LABEL) == "true" and REPLICA_OF in annotations
     source = None
     if REPLICATE_TO in annotations or REPLICATE_TO_MATCHING in annotations:
-        source = compile_source(f"{namespace}/{name}", labels, annotations, raw)
+        source = compile_source(f"{namespace}/{name}", labels, annotations, raw, rules, kind)
     return CachedObject(
         namespace=namespace, name=name,
         uid=str(meta.get("uid", "")),
         resource_version=str(meta.get("resourceVersion", "")),
         replica_of=sys.intern(annotations[REPLICA_OF]) if is_replica else None,
         immutable=bool(raw.get("immutable")),
-        content_hash=content_hash(_payload(raw), labels, annotations) if is_replica else "",
+        content_hash=content_hash(_payload(raw, kind), labels, annotations)
+        if is_replica else "",
         source=source,
+        type=str(raw.get("type") or "Opaque") if kind is SECRET else "",
     )
 
 
@@ -192,12 +269,24 @@ def object_indexers() -> dict[str, Callable[[CachedObject], Iterable[str]]]:
     }
 
 
-class Caches:
-    """The informers' caches as the domain reads them (it never writes them)."""
+class ObjectCache(Protocol):
+    """What the domain reads of an object cache (a Store, or StoresByName)."""
 
-    def __init__(self, objects: Store[CachedObject], namespaces: Store[Namespace]) -> None:
+    def get(self, key: str) -> CachedObject | None: ...
+    def by_index(self, index: str, value: str) -> list[CachedObject]: ...
+    def index_values(self, index: str) -> list[str]: ...
+    def __len__(self) -> int: ...
+
+
+class Caches:
+    """The informers' caches of one kind, and of namespaces, as the domain reads them (it
+    never writes them)."""
+
+    def __init__(self, objects: ObjectCache, namespaces: Store[Namespace],
+                 kind: Kind = CONFIGMAP) -> None:
         self.objects = objects
         self.namespaces = namespaces
+        self.kind = kind
 
     def get(self, key: str) -> CachedObject | None:
         return self.objects.get(key)

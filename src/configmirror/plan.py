@@ -54,15 +54,21 @@ class ReplicationPlan:
     actions: tuple[Action, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
     invalid: str | None = None
+    not_allowed: str | None = None  # why its namespace may not hold sources
     targets: tuple[str, ...] = ()
+    content: dict[str, Any] | None = None  # key names, sizes and hash: never values
+    kind: str = "ConfigMap"
 
     @property
     def in_sync(self) -> bool:
-        return not self.actions and not self.conflicts and self.invalid is None
+        return (not self.actions and not self.conflicts and self.invalid is None
+                and self.not_allowed is None)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "source": self.source, "targets": list(self.targets), "invalid": self.invalid,
+            "kind": self.kind, "source": self.source, "targets": list(self.targets),
+            "invalid": self.invalid,
+            "not_allowed": self.not_allowed, "content": self.content,
             "actions": [{"action": a.kind, "namespace": a.namespace, "name": a.name,
                          "why": a.why} for a in self.actions],
             "conflicts": [{"namespace": c.namespace, "name": c.name, "owner": c.owner,
@@ -84,16 +90,16 @@ class TargetPlan:
 # -- where replicas belong ------------------------------------------------------------------
 
 
-def honoured(source: CachedObject | None, scope: Scope) -> bool:
-    """A source the operator acts on: annotated, and in a namespace that may hold sources."""
-    return source is not None and source.source is not None and scope.honours(source.namespace)
+def honoured(source: CachedObject | None, home: Namespace | None, scope: Scope) -> bool:
+    """A source the operator acts on: annotated, and its namespace (`home`) may hold sources."""
+    return (source is not None and source.source is not None and home is not None
+            and scope.honours(home))
 
 
 def wants(source: CachedObject, namespace: Namespace, scope: Scope) -> bool:
-    """Whether `source` must have a replica in `namespace`: the one targeting rule."""
+    """Whether an honoured `source` must have a replica in `namespace`: the targeting rule."""
     compiled = source.source
     return (compiled is not None and compiled.spec is not None
-            and scope.honours(source.namespace)
             and scope.may_target(source.namespace, namespace)
             and compiled.spec.wants(namespace))
 
@@ -104,31 +110,35 @@ def desired_body(source: CachedObject, namespace: str) -> dict[str, Any]:
     if compiled is None:
         raise ValueError(f"{source.key} is not a source")
     body: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "ConfigMap",
+        "apiVersion": "v1", "kind": compiled.kind,
         "metadata": {"name": source.name, "namespace": namespace, "labels": compiled.labels,
                      "annotations": compiled.annotations},
-        "data": compiled.payload["data"],
     }
-    if compiled.payload["binaryData"]:
-        body["binaryData"] = compiled.payload["binaryData"]
-    if compiled.payload["immutable"]:
-        body["immutable"] = True
+    # data always; binaryData (ConfigMap) only when there is some; type (Secret); immutable
+    # only when true.
+    body.update((field, value) for field, value in compiled.payload.items()
+                if value or field == "data")
     return body
 
 
 def _change(current: CachedObject, owner: CachedObject) -> ActionKind:
     assert owner.source is not None
-    # Kubernetes refuses any change to an immutable object, and immutable only turns on.
-    return "recreate" if current.immutable or owner.source.payload["immutable"] else "update"
+    payload = owner.source.payload
+    # Kubernetes refuses any change to an immutable object (and immutable only turns on),
+    # and any change of a Secret's type.
+    if current.immutable or payload["immutable"] or current.type != payload.get("type", ""):
+        return "recreate"
+    return "update"
 
 
-def _orphaned_because(source: CachedObject | None, scope: Scope) -> str:
+def _orphaned_because(source: CachedObject | None, home: Namespace | None,
+                      scope: Scope) -> str:
     if source is None:
         return "source deleted"
     if source.source is None:
         return "source no longer replicates"
-    if not scope.honours(source.namespace):
-        return "source namespace not in --source-namespaces"
+    if home is not None and not scope.honours(home):
+        return "source namespace may not hold sources"
     return "namespace no longer targeted"
 
 
@@ -137,7 +147,8 @@ def _orphaned_because(source: CachedObject | None, scope: Scope) -> str:
 
 def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Namespace],
                 lookup: Callable[[str], CachedObject | None],
-                replicas: Iterable[CachedObject], scope: Scope) -> ReplicationPlan:
+                replicas: Iterable[CachedObject], scope: Scope,
+                kind: str = "ConfigMap") -> ReplicationPlan:
     """Compare what source `key` wants with what the caches hold.
 
     `lookup(ns/name)` finds any cached object; `replicas` are the cached replicas of `key`.
@@ -145,14 +156,21 @@ def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Name
     existing = sorted((r for r in replicas if r.replica_of == key), key=lambda r: r.namespace)
     namespace_list = list(namespaces)
     terminating = {ns.name for ns in namespace_list if ns.terminating}
-    if source is None or not honoured(source, scope):
-        why = _orphaned_because(source, scope)
+    home = next((ns for ns in namespace_list if source is not None
+                 and ns.name == source.namespace), None)
+    if source is not None and source.source is not None and home is None:
+        return ReplicationPlan(key, kind=kind)  # its namespace is not cached yet: wait
+    if source is None or not honoured(source, home, scope):
+        why = _orphaned_because(source, home, scope)
+        refused = (scope.refusal(home) if source is not None and source.source is not None
+                   and home is not None else None)
         return ReplicationPlan(key, actions=tuple(
             Action("delete", r.namespace, r.name, r.resource_version, why, key)
-            for r in existing if r.namespace not in terminating))
+            for r in existing if r.namespace not in terminating), not_allowed=refused,
+            kind=kind)
     assert source.source is not None
     if source.source.invalid is not None:
-        return ReplicationPlan(key, invalid=source.source.invalid)
+        return ReplicationPlan(key, invalid=source.source.invalid, kind=kind)
 
     want = source.source.content_hash
     targets = sorted(ns.name for ns in namespace_list if wants(source, ns, scope))
@@ -172,7 +190,8 @@ def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Name
         if replica.namespace not in wanted and replica.namespace not in terminating:
             actions.append(Action("delete", replica.namespace, replica.name,
                                   replica.resource_version, "namespace no longer targeted", key))
-    return ReplicationPlan(key, tuple(actions), tuple(conflicts), targets=tuple(targets))
+    return ReplicationPlan(key, tuple(actions), tuple(conflicts), targets=tuple(targets),
+                           content=source.source.summary(), kind=kind)
 
 
 # -- one target ---------------------------------------------------------------------------------
@@ -181,7 +200,7 @@ def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Name
 def plan_target(namespace: str, name: str, current: CachedObject | None,
                 ns: Namespace | None, sources_named: Iterable[CachedObject],
                 lookup_source: Callable[[str], CachedObject | None],
-                scope: Scope) -> TargetPlan:
+                home_of: Callable[[str], Namespace | None], scope: Scope) -> TargetPlan:
     """Decide what object `namespace/name` must be, given every source called `name`.
 
     The replica already there keeps its source (its replica-of wins); with none there, the
@@ -190,8 +209,8 @@ def plan_target(namespace: str, name: str, current: CachedObject | None,
     """
     if ns is None or ns.terminating:
         return TargetPlan(namespace, name)
-    candidates = sorted((s for s in sources_named if wants(s, ns, scope)),
-                        key=lambda s: s.key)
+    candidates = sorted((s for s in sources_named if honoured(s, home_of(s.namespace), scope)
+                         and wants(s, ns, scope)), key=lambda s: s.key)
     if current is None:
         if not candidates:
             return TargetPlan(namespace, name)
@@ -215,9 +234,11 @@ def plan_target(namespace: str, name: str, current: CachedObject | None,
             _change(current, owner), namespace, name, current.resource_version,
             "differs from the source", owner_key), owner, conflicts)
     source = lookup_source(owner_key)
-    if honoured(source, scope) and source is not None and source.source is not None \
-            and source.source.invalid is not None:
-        return TargetPlan(namespace, name, conflicts=conflicts)  # a typo never deletes data
+    home = home_of(source.namespace) if source is not None else None
+    if source is not None and source.source is not None and (
+            home is None  # its namespace is not cached yet: decide nothing
+            or (scope.honours(home) and source.source.invalid is not None)):  # a typo
+        return TargetPlan(namespace, name, conflicts=conflicts)  # never deletes data
     return TargetPlan(namespace, name, Action(
         "delete", namespace, name, current.resource_version,
-        _orphaned_because(source, scope), owner_key), source)
+        _orphaned_because(source, home, scope), owner_key), source)

@@ -14,13 +14,15 @@ conflicts with itself. It is the reconciler's memory, not the informer's cache.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from configmirror.events import EventRecorder, ObjectRef
-from configmirror.kube import CONFIGMAPS, ApiError, Failure, Kube
+from configmirror.kube import ApiError, Failure, Kube
 from configmirror.metrics import Metrics
 from configmirror.model import SOURCE, CachedObject, Caches, Key, target_key
 from configmirror.plan import Action, Conflict, desired_body, plan_source, plan_target
@@ -59,7 +61,7 @@ class Expectations:
     is at least that new.
     """
 
-    def __init__(self, watermark: Callable[[], int]) -> None:
+    def __init__(self, watermark: Callable[[str], int]) -> None:
         self._watermark = watermark
         self._pending: dict[str, _Expected] = {}
         self._lock = threading.Lock()
@@ -78,7 +80,7 @@ class Expectations:
 
     def view(self, key: str, cached: Callable[[str], CachedObject | None]) -> CachedObject | None:
         """The object at `key` as it is after our own writes."""
-        watermark = self._watermark()
+        watermark = self._watermark(key)
         current = cached(key)
         with self._lock:
             expected = self._pending.get(key)
@@ -111,19 +113,22 @@ class Replicator:
 
     def __init__(self, kube: Kube, caches: Caches, scope: Scope, recorder: EventRecorder,
                  expectations: Expectations, metrics: Metrics | None = None,
-                 dry_run: bool = False) -> None:
+                 dry_run: bool = False,
+                 watching: Callable[[str], bool] = lambda key: True) -> None:
         self._kube = kube
         self._caches = caches
-        self._scope = scope
+        self._kind = caches.kind
+        self.scope = scope
         self._recorder = recorder
         self._expectations = expectations
+        self._watching = watching  # whether the informer of an object key is watching now
         self._metrics = metrics
         self.dry_run = dry_run
         self._lock = threading.Lock()
         # What has been reported already, so a resync or a repeat reconcile writes no Event:
-        # source key -> resourceVersion whose InvalidSpec was reported;
+        # source key -> (its version, its namespace's version, reason) last reported;
         # target key -> the conflicts reported for the object version there.
-        self._invalid_reported: dict[str, str] = {}
+        self._problem_reported: dict[str, tuple[str, str, str]] = {}
         self._conflicts_reported: dict[Key, tuple[str, frozenset[str]]] = {}
 
     def reconcile(self, key: Key) -> Result:
@@ -137,27 +142,38 @@ class Replicator:
         """Plan one source and return the target keys whose object must change."""
         plan = plan_source(key.object_key, self._caches.get(key.object_key),
                            self._caches.all_namespaces(), self._current,
-                           self._caches.replicas_of(key.object_key), self._scope)
+                           self._caches.replicas_of(key.object_key), self.scope,
+                           self._kind.name)
         source = self._caches.get(key.object_key)
+        problem = ("InvalidSpec", plan.invalid) if plan.invalid is not None else (
+            "SourceNotAllowed", plan.not_allowed) if plan.not_allowed is not None else None
+        if problem is not None:
+            self._report_problem(key, source, *problem)
+        else:
+            with self._lock:
+                self._problem_reported.pop(key.object_key, None)
         if plan.invalid is not None:
-            self._report_invalid(key, source, plan.invalid)
             return Result()
-        with self._lock:
-            self._invalid_reported.pop(key.object_key, None)
-        follow_up = {target_key(a.namespace, a.name) for a in plan.actions}
-        follow_up |= {target_key(c.namespace, c.name) for c in plan.conflicts}
+        resource = self._kind.plural
+        follow_up = {target_key(a.namespace, a.name, resource) for a in plan.actions}
+        follow_up |= {target_key(c.namespace, c.name, resource) for c in plan.conflicts}
         return Result(follow_up=tuple(sorted(follow_up)))
 
-    def _report_invalid(self, key: Key, source: CachedObject | None, message: str) -> None:
+    def _report_problem(self, key: Key, source: CachedObject | None, reason: str,
+                        message: str) -> None:
+        """A Warning on the source, once per version of the source and of its namespace."""
         if source is None:
             return
+        home = self._caches.namespace(source.namespace)
+        seen = (source.resource_version, home.resource_version if home else "", reason)
         with self._lock:
-            if self._invalid_reported.get(key.object_key) == source.resource_version:
-                return  # this version was reported; resyncs and repeats stay quiet
-            self._invalid_reported[key.object_key] = source.resource_version
-        log.warning("source %s: %s; nothing is changed", key.object_key, message)
+            if self._problem_reported.get(key.object_key) == seen:
+                return  # reported already; resyncs and repeats stay quiet
+            self._problem_reported[key.object_key] = seen
+        done = "nothing is changed" if reason == "InvalidSpec" else "it is not replicated"
+        log.warning("source %s: %s; %s", key.object_key, message, done)
         if not self.dry_run:
-            self._recorder.warning(ObjectRef.of(source), "InvalidSpec", message)
+            self._recorder.warning(self._ref(source), reason, message)
 
     # -- a target: decide one object, write at most once ------------------------------------
 
@@ -165,11 +181,11 @@ class Replicator:
         plan = plan_target(key.namespace, key.name, self._current(key.object_key),
                            self._caches.namespace(key.namespace),
                            self._caches.sources_named(key.name), self._caches.get,
-                           self._scope)
+                           self._caches.namespace, self.scope)
         self._report_conflicts(key, plan.conflicts)
         if plan.action is None:
             return Result()
-        owner = ObjectRef.of(plan.owner) if plan.owner is not None else None
+        owner = self._ref(plan.owner) if plan.owner is not None else None
         if self.dry_run:
             log.info("dry-run: would %s replica %s/%s of %s (%s)", plan.action.kind,
                      key.namespace, key.name, plan.action.source, plan.action.why)
@@ -177,7 +193,7 @@ class Replicator:
         try:
             self._apply(plan.action, plan.owner)
         except ApiError as err:
-            failure = self._failed(plan.action, err, owner)
+            failure = self._failed(plan.action, err, owner, plan.owner)
             if failure is None:
                 return Result()
             raise failure from None
@@ -202,10 +218,13 @@ class Replicator:
         for conflict in conflicts:
             source = self._caches.get(conflict.source)
             if source is not None:
-                self._recorder.warning(ObjectRef.of(source), "TargetConflict", conflict.message)
+                self._recorder.warning(self._ref(source), "TargetConflict", conflict.message)
 
     def _current(self, key: str) -> CachedObject | None:
         return self._expectations.view(key, self._caches.get)
+
+    def _ref(self, obj: CachedObject) -> ObjectRef:
+        return ObjectRef.of(obj, self._kind.name)
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -215,19 +234,20 @@ class Replicator:
             return
         assert owner is not None  # plan_target names the source of every create and update
         body = desired_body(owner, action.namespace)
+        resource = self._kind.resource
         if action.kind == "update":
             body["metadata"] = {**body["metadata"], "resourceVersion": action.resource_version}
-            self._write("update", CONFIGMAPS.item(action.namespace, action.name), body, owner)
+            self._write("update", resource.item(action.namespace, action.name), body, owner)
             return
         if action.kind == "recreate":
             self._delete(action)
-        self._write("create", CONFIGMAPS.collection(action.namespace), body, owner)
+        self._write("create", resource.collection(action.namespace), body, owner)
 
     def _write(self, verb: str, path: str, body: dict[str, object],
                owner: CachedObject) -> None:
         written = self._kube.request(verb, path, body=body)
         if self._metrics is not None:
-            self._metrics.replica_writes.labels(verb).inc()
+            self._metrics.replica_writes.labels(verb, self._kind.plural).inc()
         meta = written.get("metadata") or {}
         assert owner.source is not None
         # What the informer will make of it: the server keeps what we wrote, so its digest is
@@ -236,7 +256,8 @@ class Replicator:
             namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
             uid=str(meta.get("uid", "")), resource_version=str(meta.get("resourceVersion", "")),
             replica_of=owner.key, immutable=bool(written.get("immutable")),
-            content_hash=owner.source.content_hash, source=None))
+            content_hash=owner.source.content_hash, source=None,
+            type=str(written.get("type") or "")))
 
     def _delete(self, action: Action) -> None:
         # Precondition on the version we planned from: a replica edited meanwhile gets a 409
@@ -244,27 +265,36 @@ class Replicator:
         options = {"kind": "DeleteOptions", "apiVersion": "v1",
                    "preconditions": {"resourceVersion": action.resource_version}}
         try:
-            self._kube.request("delete", CONFIGMAPS.item(action.namespace, action.name),
+            self._kube.request("delete", self._kind.resource.item(action.namespace, action.name),
                                body=options)
         except ApiError as err:
             if err.failure is not Failure.NOT_FOUND:  # already gone is what we wanted
                 raise
         if self._metrics is not None:
-            self._metrics.replica_writes.labels("delete").inc()
+            self._metrics.replica_writes.labels("delete", self._kind.plural).inc()
         self._expectations.deleted(f"{action.namespace}/{action.name}",
                                    action.resource_version)
 
-    def _failed(self, action: Action, err: ApiError,
-                owner: ObjectRef | None) -> ReconcileError | None:
+    def _failed(self, action: Action, err: ApiError, owner: ObjectRef | None,
+                source: CachedObject | None) -> ReconcileError | None:
         """The reconcile contract's error for a failed write, naming what and where; None
-        when there is nothing to retry or report."""
-        where = f"{action.kind} {action.namespace}/{action.name}"
+        when there is nothing to retry or report. Never a value of the source: a server's
+        message may echo a field, so the source's values are cut out of it."""
+        if source is not None and source.source is not None:
+            err = redacted(err, source.source.payload.get("data") or {})
+        where = f"{action.kind} {self._kind.name} {action.namespace}/{action.name}"
         if err.failure is Failure.UNAVAILABLE:
             return ServerUnavailable(f"{where}: {err}", owner, err.retry_after)
         if err.failure in (Failure.CONFLICT, Failure.NOT_FOUND):
+            stale = f"{where}: {err}"
+            if not self._watching(f"{action.namespace}/{action.name}"):
+                # The watch is down (an outage, or its backoff after one): the cache cannot
+                # catch up until it is back, so this waits with the outage, uncounted.
+                return ServerUnavailable(f"{stale} (the cache is behind until the watch "
+                                         f"reconnects)", owner)
             # Our view was stale (edited, created or deleted by someone else): the watch
             # brings the new state, and the retry plans from it.
-            return RetryableError(f"{where}: {err}", owner)
+            return RetryableError(stale, owner)
         if err.namespace_terminating:
             # It became Terminating after the cache said otherwise: its objects go with it.
             log.info("%s skipped: namespace is terminating", where)
@@ -277,3 +307,28 @@ class Replicator:
             self._recorder.warning(owner, "ReplicationFailed", message)
         return TerminalError(message)
 
+
+
+def redacted(err: ApiError, data: dict[str, str]) -> ApiError:
+    """`err` with every value of `data` (as sent, base64, and decoded) cut out of its message.
+
+    The rest of an error is ours (verb, path: namespace and name) or the server's reason.
+    """
+    message = err.message
+    for value in _forms(data):
+        message = message.replace(value, "[redacted]")
+    if message == err.message:
+        return err
+    return ApiError(err.status, err.reason, message, err.verb, err.path, err.retry_after)
+
+
+def _forms(data: dict[str, str]) -> list[str]:
+    forms: set[str] = set()
+    for value in data.values():
+        if len(value) >= 4:  # shorter ones would cut ordinary words out of messages
+            forms.add(value)
+            with contextlib.suppress(ValueError, UnicodeDecodeError):
+                decoded = base64.b64decode(value, validate=True).decode()
+                if len(decoded) >= 4:
+                    forms.add(decoded)
+    return sorted(forms, key=len, reverse=True)

@@ -4,7 +4,8 @@ Event handlers only map objects to keys; deciding whether work is needed is reco
 A key is cheap (a reconcile with nothing to do reads the cache and writes nothing), so these
 functions may wake a key that turns out to be in sync, but must never miss one that is not.
 A namespace event wakes only the targets whose wanted-ness it flips, decided by the same
-predicate the planner uses (`plan.wants`).
+predicates the planner uses (`plan.wants`, `plan.honoured`), and the sources that live in it
+when whether it may hold sources flips.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from configmirror.model import CachedObject, Key, Namespace, source_key, target_key
-from configmirror.plan import wants
+from configmirror.plan import honoured, wants
 from configmirror.spec import Scope
 
 
 def object_keys(old: CachedObject | None, new: CachedObject | None,
-                sources_named: Callable[[str], Iterable[CachedObject]]) -> set[Key]:
-    """The keys a ConfigMap event wakes: (None, new) added, (old, new) changed or resynced,
-    (old, None) deleted.
+                sources_named: Callable[[str], Iterable[CachedObject]],
+                resource: str = "configmaps") -> set[Key]:
+    """The keys an object event wakes: (None, new) added, (old, new) changed or resynced,
+    (old, None) deleted. Objects and keys are of one `resource`.
 
     - A source (before or after): its source key, which plans its targets.
     - A replica (before or after): its target key, so drift is repaired and an orphan removed.
@@ -31,17 +33,21 @@ def object_keys(old: CachedObject | None, new: CachedObject | None,
         if obj is None:
             continue
         if obj.source is not None:
-            keys.add(source_key(obj.namespace, obj.name))
+            keys.add(source_key(obj.namespace, obj.name, resource))
         if obj.replica_of is not None or any(
                 s.namespace != obj.namespace for s in sources_named(obj.name)):
-            keys.add(target_key(obj.namespace, obj.name))
+            keys.add(target_key(obj.namespace, obj.name, resource))
     return keys
 
 
 def namespace_keys(old: Namespace | None, new: Namespace | None,
-                   sources: Iterable[CachedObject], scope: Scope) -> set[Key]:
-    """The target keys a namespace event wakes: where a source's wish for a replica flipped.
+                   sources: Iterable[CachedObject],
+                   home_of: Callable[[str], Namespace | None], scope: Scope,
+                   resource: str = "configmaps") -> set[Key]:
+    """The keys a namespace event wakes among the sources of one `resource`.
 
+    - Sources that live in it, when it appears or whether it may hold sources flips.
+    - Targets in it of the other honoured sources, where their wish for a replica flipped.
     A deleted namespace wakes nothing: its objects go with it, and their own delete events
     arrive through the object informer.
     """
@@ -49,5 +55,12 @@ def namespace_keys(old: Namespace | None, new: Namespace | None,
         return set()
     if old is not None and old.labels == new.labels and old.terminating == new.terminating:
         return set()  # nothing targeting depends on has changed
-    return {target_key(new.name, s.name) for s in sources
-            if (old is not None and wants(s, old, scope)) != wants(s, new, scope)}
+    keys: set[Key] = set()
+    for source in sources:
+        if source.namespace == new.name:
+            if old is None or scope.honours(old) != scope.honours(new):
+                keys.add(source_key(source.namespace, source.name, resource))
+        elif ((old is not None and wants(source, old, scope)) != wants(source, new, scope)
+              and honoured(source, home_of(source.namespace), scope)):
+            keys.add(target_key(new.name, source.name, resource))
+    return keys

@@ -5,6 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_EXCLUDED = "kube-system,kube-public,kube-node-lease"
+# Keys never copied to a replica: ours, kubectl's, and those by which Argo CD, Flux and Helm
+# claim objects (a copied one makes the tool treat replicas as its own and prune them).
+DEFAULT_DROP = ",".join((
+    "configmirror.io/*", "kubectl.kubernetes.io/*", "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by", "argocd.argoproj.io/*", "kustomize.toolkit.fluxcd.io/*",
+    "helm.toolkit.fluxcd.io/*", "meta.helm.sh/*", "helm.sh/*"))
 
 
 @dataclass(frozen=True)
@@ -15,7 +21,10 @@ class Settings:
     max_retries: int = 5
     resync_period: float = 600.0
     source_namespaces: str = "*"
+    source_namespace_selector: str = ""  # deploy/ and the chart: configmirror.io/source=true
     exclude_namespaces: str = DEFAULT_EXCLUDED
+    drop_labels: str = DEFAULT_DROP
+    drop_annotations: str = DEFAULT_DROP
     leader_elect: bool = False
     leader_election_namespace: str = "configmirror"
     leader_election_id: str = "configmirror"
@@ -29,3 +38,12 @@ class Settings:
     # the burst above it (kube-controller-manager's --kube-api-qps/--kube-api-burst).
     kube_api_qps: float = 50.0
     kube_api_burst: int = 100
+    # Secrets are off unless an admin names them: exact names, and the namespaces (globs)
+    # whose Secrets of those names are sources.
+    secret_names: str = ""
+    secret_source_namespaces: str = ""
+
+    @property
+    def secrets(self) -> list[str]:
+        """The Secret names replicated (empty: Secrets are never read)."""
+        return [n.strip() for n in self.secret_names.split(",") if n.strip()]

@@ -1,9 +1,13 @@
-"""The spec language: where a source wants replicas, and the operator's own limits.
+"""The spec language: where a source wants replicas, what they carry, and the operator's limits.
 
 A source names target namespaces with globs (`configmirror.io/replicate-to`) and/or a label
-selector (`configmirror.io/replicate-to-matching`); the targets are the union. The operator's
-flags (`--source-namespaces`, `--exclude-namespaces`) bound both. Everything here is pure and
-parses once: a value that does not parse raises InvalidSpec naming the annotation and fault.
+selector (`configmirror.io/replicate-to-matching`); the targets are the union. It may choose
+which of its labels and annotations its replicas carry with key globs
+(`configmirror.io/copy-labels`, `configmirror.io/copy-annotations`, default `*`). The
+operator's flags bound all of it: `--source-namespaces` and `--exclude-namespaces` (Scope),
+`--drop-labels` and `--drop-annotations` (ReplicaRules: keys never copied, so GitOps tools
+never claim a replica). Everything here is pure and parses once: a value that does not parse
+raises InvalidSpec naming the annotation (or flag) and the fault.
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from configmirror.selector import Selector, SelectorError, parse_selector
+from configmirror.settings import Settings
 
 PREFIX = "configmirror.io/"
 REPLICATE_TO = PREFIX + "replicate-to"
 REPLICATE_TO_MATCHING = PREFIX + "replicate-to-matching"
+COPY_LABELS = PREFIX + "copy-labels"
+COPY_ANNOTATIONS = PREFIX + "copy-annotations"
 IGNORE_LABEL = PREFIX + "ignore"
 
 
@@ -38,8 +45,11 @@ class NamespaceLike(Protocol):
 
 
 @dataclass(frozen=True)
-class NamePatterns:
-    """Comma-separated globs matched against whole names; `!` entries exclude."""
+class Patterns:
+    """Comma-separated globs matched against whole names or keys; `!` entries exclude.
+
+    A name matches when it matches at least one include and no exclude.
+    """
 
     includes: tuple[re.Pattern[str], ...]
     excludes: tuple[re.Pattern[str], ...]
@@ -49,11 +59,30 @@ class NamePatterns:
                 and not any(p.fullmatch(name) for p in self.excludes))
 
 
-_GLOB = re.compile(r"(?:[a-z0-9*?-]|\[!?\]?(?:[a-z0-9-]|[a-z0-9]-[a-z0-9])*\])+")
+@dataclass(frozen=True)
+class _Language:
+    what: str                # "namespace" or "key"
+    glob: re.Pattern[str]    # one entry, without its `!`
+    hint: str
 
 
-def parse_patterns(text: str, what: str = REPLICATE_TO) -> NamePatterns:
-    """Parse `ns-a, team-*, !team-legacy`; raises InvalidSpec naming the bad entry."""
+# One entry (without its `!`): literal characters and * ?, or a bracket set with ranges.
+# Namespace names are DNS labels; label and annotation keys are qualified names
+# (`example.com/name`), so they also take upper case, `.`, `_` and `/`.
+NAMESPACES = _Language("namespace", re.compile(
+    r"(?:[a-z0-9*?-]|\[!?\]?(?:[a-z0-9-]|[a-z0-9]-[a-z0-9])*\])+"),
+    "names, *, ?, [a-z] and a leading ! to exclude")
+KEYS = _Language("key", re.compile(
+    r"(?:[A-Za-z0-9._/*?-]|\[!?\]?(?:[A-Za-z0-9._-]|[A-Za-z0-9]-[A-Za-z0-9])*\])+"),
+    "keys such as example.com/name, *, ?, [a-z] and a leading ! to exclude")
+
+
+def parse_patterns(text: str, what: str = REPLICATE_TO, language: _Language = NAMESPACES,
+                   empty_ok: bool = False) -> Patterns:
+    """Parse `ns-a, team-*, !team-legacy`; raises InvalidSpec naming the bad entry.
+
+    `empty_ok`: a text with no entries matches nothing (a drop list may be empty).
+    """
     includes: list[re.Pattern[str]] = []
     excludes: list[re.Pattern[str]] = []
     for entry in (e.strip() for e in text.split(",")):
@@ -61,14 +90,19 @@ def parse_patterns(text: str, what: str = REPLICATE_TO) -> NamePatterns:
             continue
         exclude = entry.startswith("!")
         glob = entry[1:].strip() if exclude else entry
-        if not glob or not _GLOB.fullmatch(glob) or not _brackets_valid(glob):
-            raise InvalidSpec(f"{what}: invalid namespace pattern {entry!r} (use names, "
-                              f"*, ?, [a-z] and a leading ! to exclude)")
+        if not glob or not language.glob.fullmatch(glob) or not _brackets_valid(glob):
+            raise InvalidSpec(f"{what}: invalid {language.what} pattern {entry!r} (use "
+                              f"{language.hint})")
         compiled = re.compile(fnmatch.translate(glob))
         (excludes if exclude else includes).append(compiled)
-    if not includes and not excludes:
-        raise InvalidSpec(f"{what}: no namespace patterns in {text!r}")
-    return NamePatterns(tuple(includes), tuple(excludes))
+    if not includes and not excludes and not empty_ok:
+        raise InvalidSpec(f"{what}: no {language.what} patterns in {text!r}")
+    return Patterns(tuple(includes), tuple(excludes))
+
+
+def parse_key_patterns(text: str, what: str, empty_ok: bool = False) -> Patterns:
+    """Globs over label or annotation keys: `team, example.com/*, !internal.example.com/*`."""
+    return parse_patterns(text, what, KEYS, empty_ok)
 
 
 def _brackets_valid(glob: str) -> bool:
@@ -85,7 +119,7 @@ def _brackets_valid(glob: str) -> bool:
 class Spec:
     """Where a source wants replicas: names/globs, a namespace selector, or both (union)."""
 
-    patterns: NamePatterns | None
+    patterns: Patterns | None
     selector: Selector | None
 
     def wants(self, namespace: NamespaceLike) -> bool:
@@ -108,21 +142,60 @@ def parse_spec(replicate_to: str | None, replicate_to_matching: str | None) -> S
 
 @dataclass(frozen=True)
 class Scope:
-    """The operator's own limits: which namespaces may hold sources and which never get copies."""
+    """The operator's own limits: which namespaces may hold sources and which never get copies.
 
-    source_namespaces: NamePatterns
-    excluded_namespaces: NamePatterns
+    A source is honoured only in a namespace whose name matches --source-namespaces and whose
+    labels match --source-namespace-selector (when given): who may push where is the cluster
+    admin's choice, made by labelling namespaces.
+    """
+
+    source_namespaces: Patterns
+    excluded_namespaces: Patterns
+    source_selector: Selector | None = None
+    source_selector_text: str = ""
+    source_flag: str = "--source-namespaces"  # the flag that named source_namespaces
 
     @classmethod
-    def from_flags(cls, source_namespaces: str, exclude_namespaces: str) -> Scope:
-        """From --source-namespaces and --exclude-namespaces; raises InvalidSpec naming the flag."""
-        return cls(parse_patterns(source_namespaces, "--source-namespaces"),
-                   parse_patterns(exclude_namespaces, "--exclude-namespaces")
-                   if exclude_namespaces.strip() else NamePatterns((), ()))
+    def from_flags(cls, source_namespaces: str, exclude_namespaces: str,
+                   source_namespace_selector: str = "",
+                   source_flag: str = "--source-namespaces") -> Scope:
+        """From the flags; raises InvalidSpec naming the flag at fault. `source_flag` names
+        the flag `source_namespaces` came from (Secrets have their own)."""
+        selector = None
+        if source_namespace_selector.strip():
+            try:
+                selector = parse_selector(source_namespace_selector)
+            except SelectorError as err:
+                raise InvalidSpec(f"--source-namespace-selector: {err}") from None
+        return cls(parse_patterns(source_namespaces, source_flag),
+                   parse_patterns(exclude_namespaces, "--exclude-namespaces", empty_ok=True),
+                   selector, source_namespace_selector.strip(), source_flag)
 
-    def honours(self, source_namespace: str) -> bool:
-        """Whether a source in this namespace is acted on at all."""
-        return self.source_namespaces.matches(source_namespace)
+    @classmethod
+    def from_settings(cls, settings: Settings, secrets: bool = False) -> Scope:
+        """The scope of ConfigMap sources, or (`secrets`) of Secret sources, which only
+        --secret-source-namespaces may hold."""
+        if secrets:
+            return cls.from_flags(settings.secret_source_namespaces,
+                                  settings.exclude_namespaces,
+                                  settings.source_namespace_selector,
+                                  "--secret-source-namespaces")
+        return cls.from_flags(settings.source_namespaces, settings.exclude_namespaces,
+                              settings.source_namespace_selector)
+
+    def honours(self, home: NamespaceLike) -> bool:
+        """Whether a source in namespace `home` is acted on at all."""
+        return self.source_namespaces.matches(home.name) and (
+            self.source_selector is None or self.source_selector.matches(home.labels))
+
+    def refusal(self, home: NamespaceLike) -> str:
+        """Why a source in `home` is not honoured, naming the flag (or label) to change."""
+        if not self.source_namespaces.matches(home.name):
+            return (f"namespace {home.name} may not hold sources: it is not in "
+                    f"{self.source_flag}")
+        return (f"namespace {home.name} may not hold sources: its labels do not match "
+                f"--source-namespace-selector={self.source_selector_text} (label the "
+                f"namespace to allow it)")
 
     def may_target(self, source_namespace: str, namespace: NamespaceLike) -> bool:
         """Whether any source in `source_namespace` may place a replica in `namespace`."""
@@ -130,3 +203,34 @@ class Scope:
                 and namespace.labels.get(IGNORE_LABEL) != "true"
                 and not self.excluded_namespaces.matches(namespace.name)
                 and not namespace.terminating)
+
+
+@dataclass(frozen=True)
+class ReplicaRules:
+    """The operator's rule for what replicas never carry: label and annotation keys by which
+    GitOps tools and package managers claim objects (--drop-labels, --drop-annotations)."""
+
+    drop_labels: Patterns
+    drop_annotations: Patterns
+
+    @classmethod
+    def from_flags(cls, drop_labels: str, drop_annotations: str) -> ReplicaRules:
+        """From the two flags (an empty one drops nothing); raises InvalidSpec naming it."""
+        return cls(parse_key_patterns(drop_labels, "--drop-labels", empty_ok=True),
+                   parse_key_patterns(drop_annotations, "--drop-annotations", empty_ok=True))
+
+
+@dataclass(frozen=True)
+class Copied:
+    """Which of a source's labels and annotations its replicas carry (default: all)."""
+
+    labels: Patterns
+    annotations: Patterns
+
+
+def parse_copied(copy_labels: str | None, copy_annotations: str | None) -> Copied:
+    everything = Patterns((re.compile(".*", re.DOTALL),), ())
+    return Copied(
+        parse_key_patterns(copy_labels, COPY_LABELS) if copy_labels is not None else everything,
+        parse_key_patterns(copy_annotations, COPY_ANNOTATIONS)
+        if copy_annotations is not None else everything)

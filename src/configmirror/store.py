@@ -104,3 +104,31 @@ class Store(Generic[T]):
                     del index[value]
             for value in new_values - old_values:
                 index.setdefault(value, set()).add(key)
+
+
+class StoresByName(Generic[T]):
+    """A read-only view over stores that each hold the objects of one name.
+
+    Secrets are watched one name at a time (a watch with a metadata.name field selector is
+    what RBAC's resourceNames can authorize), each by its own informer into its own store;
+    the domain reads them as one cache.
+    """
+
+    def __init__(self, stores: dict[str, Store[T]]) -> None:
+        self._stores = dict(stores)
+
+    def get(self, key: str) -> T | None:
+        store = self._stores.get(key.rsplit("/", 1)[-1])
+        return store.get(key) if store is not None else None
+
+    def by_index(self, index: str, value: str) -> list[T]:
+        return [obj for store in self._stores.values() for obj in store.by_index(index, value)]
+
+    def index_values(self, index: str) -> list[str]:
+        return sorted({v for store in self._stores.values() for v in store.index_values(index)})
+
+    def values(self) -> list[T]:
+        return [obj for store in self._stores.values() for obj in store.values()]
+
+    def __len__(self) -> int:
+        return sum(len(store) for store in self._stores.values())

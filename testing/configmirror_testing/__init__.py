@@ -1,8 +1,10 @@
 """What configmirror's tests, benchmarks and `make demo` share, outside the shipped wheel.
 
-- `controlplane`: a real etcd + kube-apiserver on loopback (like controller-runtime's envtest)
+- `controlplane`: a real etcd + kube-apiserver (like controller-runtime's envtest), on
+  loopback or on an address containers reach
 - `operator`: `configmirror run` as a subprocess, its probes and its /metrics
 - `scrape`: one parser of the Prometheus text format, with an atomic "idle" reading
 - `wait`: one `wait_for(condition, timeout)` with a deadline
 - `objects`: ConfigMap bodies, and kubeconfigs holding only one ServiceAccount's token
+- `pod`: a Deployment's pod run by Docker the way a kubelet runs it (the image's tests)
 """

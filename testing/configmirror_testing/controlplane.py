@@ -10,6 +10,10 @@ ServiceAccount tokens work as in a cluster.
         print(cp.kubeconfig)      # admin kubeconfig file
         cp.restart_apiserver()    # same etcd, same port
         cp.compact()              # with watch_cache=False: old resourceVersions now get 410
+
+By default the apiserver listens on 127.0.0.1. `address=` makes it listen on another address
+of this machine instead (a Docker network's gateway, so containers reach it), and its
+self-signed serving certificate names that address, so clients there verify TLS as in a pod.
 """
 
 from __future__ import annotations
@@ -79,10 +83,10 @@ def built_folder(script: Path, build: bool) -> Path | None:
     return Path(lines[-1])
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on `host` that nothing listens on right now."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
 
@@ -117,16 +121,18 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = STOP_TIMEOUT) -> 
 
 
 class ControlPlane:
-    """etcd + kube-apiserver on free loopback ports, with an admin kubeconfig."""
+    """etcd + kube-apiserver on free ports (loopback unless `address`), with an admin
+    kubeconfig."""
 
     def __init__(self, assets: Path, watch_cache: bool = True,
-                 extra_apiserver_flags: Sequence[str] = ()) -> None:
+                 extra_apiserver_flags: Sequence[str] = (), address: str = "127.0.0.1") -> None:
         missing = [b for b in BINARIES if not (assets / b).is_file()]
         if missing:
             raise ControlPlaneError(f"control-plane folder {assets} lacks {', '.join(missing)}")
         self.assets = assets
         self.watch_cache = watch_cache
         self.extra_apiserver_flags = list(extra_apiserver_flags)
+        self.address = address
         self.dir = Path()
         self.etcd_port = 0
         self.apiserver_port = 0
@@ -150,7 +156,7 @@ class ControlPlane:
         try:
             self._write_credentials()
             self._start_etcd()
-            self.apiserver_port = free_port()
+            self.apiserver_port = free_port(self.address)
             self._start_apiserver()
             self._write_kubeconfig()
         except BaseException:
@@ -195,7 +201,7 @@ class ControlPlane:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.apiserver_port}"
+        return f"https://{self.address}:{self.apiserver_port}"
 
     @property
     def kubeconfig(self) -> Path:
@@ -297,13 +303,14 @@ class ControlPlane:
         flags = [
             f"--etcd-servers={self.etcd_endpoint}",
             f"--cert-dir={self.dir / 'pki'}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            # The advertised address is the one the self-signed serving certificate names.
+            f"--bind-address={self.address}", f"--advertise-address={self.address}",
             f"--secure-port={self.apiserver_port}",
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
             "--authorization-mode=RBAC",
             "--disable-admission-plugins=ServiceAccount",
             f"--token-auth-file={self.dir / 'tokens.csv'}",
-            f"--service-account-issuer=https://127.0.0.1:{self.apiserver_port}/",
+            f"--service-account-issuer={self.server}/",
             f"--service-account-key-file={self.dir / 'pki' / 'sa.key'}",
             f"--service-account-signing-key-file={self.dir / 'pki' / 'sa.key'}",
             f"--audit-log-path={self.dir / 'audit.log'}",

@@ -228,10 +228,18 @@ def test_helm_labels_are_on_every_object(helm: Helm, tmp_path: Path) -> None:
         assert labels["app.kubernetes.io/managed-by"] == "Helm", obj["metadata"]["name"]
 
 
-def test_defaults_pass_no_optional_flag(helm: Helm, tmp_path: Path) -> None:
+def test_defaults_pass_no_optional_flag_but_the_source_namespace_selector(
+        helm: Helm, tmp_path: Path) -> None:
     args = container(documents(template(helm, tmp_path)))["args"]
     assert args == ["run", "--leader-elect", "--log-format=json", "--metrics-bind-address=:8080",
-                    "--health-probe-bind-address=:8081"]
+                    "--health-probe-bind-address=:8081",
+                    "--source-namespace-selector=configmirror.io/source=true"]
+
+
+def test_an_empty_source_namespace_selector_lets_every_namespace_push(
+        helm: Helm, tmp_path: Path) -> None:
+    args = container(documents(template(helm, tmp_path, {"sourceNamespaceSelector": ""})))["args"]
+    assert not any(a.startswith("--source-namespace-selector") for a in args)
 
 
 def test_values_become_flags_and_extra_args_come_last(helm: Helm, tmp_path: Path) -> None:
@@ -396,7 +404,9 @@ def secrets_rbac(cluster: Cluster, helm: Helm,
 
 @pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [
     *[(verb, f"secrets/{name}", "default", True)
-      for verb in ("get", "list", "watch", "update", "delete") for name in SECRET_NAMES],
+      for verb in ("list", "watch", "update", "delete") for name in SECRET_NAMES],
+    # Not even the listed names may be read one by one: the operator only watches them.
+    *[("get", f"secrets/{name}", "default", False) for name in SECRET_NAMES],
     ("list", "secrets/wildcard-tls", None, True),
     ("watch", "secrets/registry-credentials", None, True),
     ("create", "secrets", "default", True),

@@ -25,7 +25,7 @@ class Cache:
 
 def test_a_create_is_seen_until_the_watch_delivers_it() -> None:
     cache = Cache()
-    expectations = Expectations(lambda: cache.watermark)
+    expectations = Expectations(lambda key: cache.watermark)
     cache.watermark = 10
     expectations.wrote(obj("11"))
     assert expectations.view("a/cfg", cache.get) == obj("11"), "the gap: our write counts"
@@ -36,7 +36,7 @@ def test_a_create_is_seen_until_the_watch_delivers_it() -> None:
 
 def test_a_create_deleted_by_someone_before_we_looked_is_not_resurrected() -> None:
     cache = Cache()
-    expectations = Expectations(lambda: cache.watermark)
+    expectations = Expectations(lambda key: cache.watermark)
     expectations.wrote(obj("11"))
     cache.watermark = 12  # ADDED at 11, DELETED at 12 both applied
     assert expectations.view("a/cfg", cache.get) is None
@@ -45,7 +45,7 @@ def test_a_create_deleted_by_someone_before_we_looked_is_not_resurrected() -> No
 def test_an_update_hides_the_stale_cached_version_until_the_watch_catches_up() -> None:
     cache = Cache()
     cache.items["a/cfg"], cache.watermark = obj("5", "old"), 5
-    expectations = Expectations(lambda: cache.watermark)
+    expectations = Expectations(lambda key: cache.watermark)
     expectations.wrote(obj("9", "new"))
     assert expectations.view("a/cfg", cache.get) == obj("9", "new")
     newer = replace(obj("12", "edited by hand"))
@@ -56,7 +56,7 @@ def test_an_update_hides_the_stale_cached_version_until_the_watch_catches_up() -
 def test_a_delete_hides_the_deleted_version_only() -> None:
     cache = Cache()
     cache.items["a/cfg"], cache.watermark = obj("5"), 5
-    expectations = Expectations(lambda: cache.watermark)
+    expectations = Expectations(lambda key: cache.watermark)
     expectations.deleted("a/cfg", "5")
     assert expectations.view("a/cfg", cache.get) is None
     cache.items["a/cfg"], cache.watermark = obj("8"), 8  # created again by someone
@@ -65,7 +65,7 @@ def test_a_delete_hides_the_deleted_version_only() -> None:
 
 def test_non_integer_resource_versions_make_expectations_step_aside() -> None:
     cache = Cache()
-    expectations = Expectations(lambda: cache.watermark)
+    expectations = Expectations(lambda key: cache.watermark)
     expectations.wrote(obj("abc"))
     assert expectations.view("a/cfg", cache.get) is None and len(expectations) == 0
 
@@ -75,7 +75,7 @@ def test_the_watermark_is_read_before_the_cache() -> None:
     order: list[str] = []
     cache = Cache()
 
-    def watermark() -> int:
+    def watermark(key: str) -> int:
         order.append("watermark")
         return cache.watermark
 

@@ -80,9 +80,13 @@ def ns(name: str, labels: dict[str, str] | None = None, terminating: bool = Fals
 
 def plan(src: ConfigMap | None, namespaces: list[Namespace],
          others: list[ConfigMap] = (), scope: Scope | None = None,  # type: ignore[assignment]
-         key: str = KEY) -> ReplicationPlan:
+         key: str = KEY, home: bool = True) -> ReplicationPlan:
+    """plan_source over these caches; the source's own namespace is cached unless `home`
+    is False (unlabelled: add it to `namespaces` to give it labels)."""
     cms = {cm.key: cm for cm in [*([src] if src else []), *others]}
     replicas = [cm for cm in cms.values() if cm.replica_of == key]
+    if src is not None and home and all(n.name != src.namespace for n in namespaces):
+        namespaces = [*namespaces, ns(src.namespace)]
     return plan_source(key, src, namespaces, cms.get, replicas, scope or SCOPE)
 
 
@@ -162,7 +166,38 @@ def test_operator_exclusions_and_source_namespaces() -> None:
     scope = Scope.from_flags("src", "b,kube-*")
     assert plan(source(), ALL, scope=scope).targets == ("a", "default")
     outside = Scope.from_flags("other-*", "")
-    assert plan(source(), ALL, scope=outside).targets == ()
+    refused = plan(source(), ALL, scope=outside)
+    assert refused.targets == () and not refused.in_sync
+    assert refused.not_allowed is not None and "--source-namespaces" in refused.not_allowed
+
+
+def test_a_source_namespace_must_match_the_source_namespace_selector() -> None:
+    scope = Scope.from_flags("*", DEFAULT_EXCLUDED, "configmirror.io/source=true")
+    unlabelled = plan(source(), ALL, scope=scope)
+    assert unlabelled.targets == () and unlabelled.not_allowed is not None
+    assert "--source-namespace-selector=configmirror.io/source=true" in unlabelled.not_allowed
+    allowed = [ns("src", {"configmirror.io/source": "true"}), ns("a")]
+    p = plan(source(), allowed, scope=scope)
+    assert p.not_allowed is None and p.targets == ("a",)
+
+
+def test_a_source_whose_namespace_may_no_longer_push_loses_its_replicas() -> None:
+    src = source({REPLICATE_TO: "a"})
+    scope = Scope.from_flags("*", DEFAULT_EXCLUDED, "configmirror.io/source=true")
+    p = plan(src, ALL, [replica_of(src, "a")], scope=scope)
+    assert kinds(p) == [("delete", "a")]
+    assert p.actions[0].why == "source namespace may not hold sources"
+
+
+def test_a_source_whose_namespace_is_not_cached_yet_decides_nothing() -> None:
+    src = source({REPLICATE_TO: "a"})
+    p = plan(src, [ns("a")], [replica_of(src, "a", data={"k": "old"})], home=False)
+    assert p.actions == () and p.not_allowed is None
+
+
+def test_a_bad_source_namespace_selector_names_the_flag() -> None:
+    with pytest.raises(InvalidSpec, match="--source-namespace-selector"):
+        Scope.from_flags("*", "", "env in (a")
 
 
 # -- the plan ---------------------------------------------------------------------------
@@ -330,8 +365,9 @@ def test_a_source_is_compiled_once_per_version_into_an_immutable_value() -> None
 def target(name: str, namespace: str, current: ConfigMap | None, sources: list[ConfigMap],
            namespaces: list[Namespace] = ALL) -> TargetPlan:
     by_key = {s.key: s for s in sources}
-    here = next((n for n in namespaces if n.name == namespace), None)
-    return plan_target(namespace, name, current, here, sources, by_key.get, SCOPE)
+    by_name = {n.name: n for n in [*namespaces, ns("src"), ns("one"), ns("two")]}
+    return plan_target(namespace, name, current, by_name.get(namespace), sources, by_key.get,
+                       by_name.get, SCOPE)
 
 
 def test_target_missing_is_created_for_the_source_that_wants_it() -> None:

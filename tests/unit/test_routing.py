@@ -5,7 +5,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from configmirror.model import CachedObject, Key, configmap_from_json, source_key, target_key
+from configmirror.model import (
+    CachedObject,
+    Key,
+    Namespace,
+    configmap_from_json,
+    source_key,
+    target_key,
+)
 from configmirror.plan import desired_body
 from configmirror.routing import namespace_keys, object_keys
 from configmirror.settings import DEFAULT_EXCLUDED
@@ -20,6 +27,11 @@ def replica(src: CachedObject, namespace: str, **edits: Any) -> CachedObject:
     body["metadata"].update(uid="r", resourceVersion="30")
     body.update(edits)
     return configmap_from_json(body)
+
+
+def home(name: str) -> Namespace:
+    """Every source's namespace, as the cache has it: allowed to hold sources."""
+    return ns(name, {"configmirror.io/source": "true"})
 
 
 def sources_named(*sources: CachedObject) -> Any:
@@ -86,7 +98,8 @@ def test_a_new_namespace_wakes_the_targets_of_the_sources_that_want_it() -> None
     by_name = source({REPLICATE_TO: "team-*"}, name="by-name")
     by_label = source({REPLICATE_TO_MATCHING: "env=prod"}, name="by-label")
     other = source({REPLICATE_TO: "x"}, name="other")
-    keys = namespace_keys(None, ns("team-a", {"env": "prod"}), [by_name, by_label, other], SCOPE)
+    keys = namespace_keys(None, ns("team-a", {"env": "prod"}), [by_name, by_label, other],
+                          home, SCOPE)
     assert keys == {target_key("team-a", "by-name"), target_key("team-a", "by-label")}
 
 
@@ -96,44 +109,68 @@ def test_a_relabel_wakes_only_the_sources_whose_wish_flips() -> None:
     dev = source({REPLICATE_TO_MATCHING: "env=dev"}, name="dev")
     team = source({REPLICATE_TO_MATCHING: "team"}, name="team")
     old, new = ns("x", {"env": "dev", "team": "a"}), ns("x", {"env": "prod", "team": "b"})
-    assert namespace_keys(old, new, [by_name, prod, dev, team], SCOPE) == {
+    assert namespace_keys(old, new, [by_name, prod, dev, team], home, SCOPE) == {
         target_key("x", "prod"), target_key("x", "dev")}
 
 
 def test_a_relabel_no_source_can_see_wakes_nothing() -> None:
     by_name = source({REPLICATE_TO: "team-*"})
     old, new = ns("x", {"env": "dev"}), ns("x", {"env": "prod"})
-    assert namespace_keys(old, new, [by_name], SCOPE) == set()
+    assert namespace_keys(old, new, [by_name], home, SCOPE) == set()
 
 
 def test_an_update_that_changes_no_label_wakes_nothing() -> None:
     src = source({REPLICATE_TO_MATCHING: "env=prod"})
     same = ns("x", {"env": "prod"})
-    assert namespace_keys(same, same, [src], SCOPE) == set()
+    assert namespace_keys(same, same, [src], home, SCOPE) == set()
 
 
 def test_ignore_label_and_terminating_flip_the_wish_off() -> None:
     src = source({REPLICATE_TO: "*"})
     plain_ns = ns("x")
     assert namespace_keys(plain_ns, ns("x", {"configmirror.io/ignore": "true"}), [src],
-                          SCOPE) == {target_key("x", "cfg")}
-    assert namespace_keys(plain_ns, ns("x", terminating=True), [src], SCOPE) == {
+                          home, SCOPE) == {target_key("x", "cfg")}
+    assert namespace_keys(plain_ns, ns("x", terminating=True), [src], home, SCOPE) == {
         target_key("x", "cfg")}
 
 
 def test_a_deleted_namespace_wakes_nothing() -> None:
     src = source({REPLICATE_TO: "*"})
-    assert namespace_keys(ns("x"), None, [src], SCOPE) == set()
+    assert namespace_keys(ns("x"), None, [src], home, SCOPE) == set()
 
 
 def test_invalid_sources_and_sources_outside_source_namespaces_wake_nothing() -> None:
     bad = source({REPLICATE_TO: "team-["})
     scope = Scope.from_flags("other", DEFAULT_EXCLUDED)
-    assert namespace_keys(None, ns("x"), [bad], SCOPE) == set()
-    assert namespace_keys(None, ns("x"), [source({REPLICATE_TO: "*"})], scope) == set()
+    assert namespace_keys(None, ns("x"), [bad], home, SCOPE) == set()
+    assert namespace_keys(None, ns("x"), [source({REPLICATE_TO: "*"})], home, scope) == set()
 
 
 def test_keys_name_objects_and_print_readably() -> None:
     key = target_key("a", "cfg")
     assert key == Key("target", "configmaps", "a", "cfg") and key.object_key == "a/cfg"
-    assert str(source_key("src", "cfg")) == "source src/cfg"
+    assert str(source_key("src", "cfg")) == "source configmaps src/cfg"
+    assert source_key("src", "cfg") != source_key("src", "cfg", "secrets")
+
+
+SELECTOR = Scope.from_flags("*", DEFAULT_EXCLUDED, "configmirror.io/source=true")
+
+
+def test_labelling_a_namespace_to_hold_sources_wakes_the_sources_in_it() -> None:
+    here = source({REPLICATE_TO: "*"}, namespace="team")
+    elsewhere = source({REPLICATE_TO: "*"}, namespace="other", name="other")
+    old, new = ns("team"), ns("team", {"configmirror.io/source": "true"})
+    keys = namespace_keys(old, new, [here, elsewhere], home, SELECTOR)
+    assert keys == {source_key("team", "cfg")}, "`other` wants `team` before and after"
+    assert namespace_keys(new, old, [here], home, SELECTOR) == {source_key("team", "cfg")}
+
+
+def test_a_new_namespace_wakes_the_sources_already_in_it_whatever_its_labels() -> None:
+    here = source({REPLICATE_TO: "*"}, namespace="team")
+    assert namespace_keys(None, ns("team"), [here], home, SELECTOR) == {
+        source_key("team", "cfg")}
+
+
+def test_a_source_in_a_namespace_that_may_not_push_wakes_no_target() -> None:
+    refused = source({REPLICATE_TO: "*"}, namespace="nobody")
+    assert namespace_keys(None, ns("x"), [refused], ns, SELECTOR) == set()
