@@ -8,7 +8,8 @@ exactly as in the benchmarks (`python -m configmirror run ...`) with two profile
     all.pstats;
   - a sampler: every 5 ms, the innermost frame of each thread, in wall-clock time (where a
     worker waits for the server, and where it computes), written as samples.json.
-With CONFIGMIRROR_STACKS_ON_SIGUSR1=1, SIGUSR1 prints every thread's stack (a hung stop).
+With CONFIGMIRROR_STACKS_ON_SIGUSR1=1, SIGUSR1 prints every thread's stack (a hung stop);
+CONFIGMIRROR_SWITCH_INTERVAL=s sets sys.setswitchinterval (an experiment).
 Without either it does nothing.
 """
 
@@ -116,6 +117,8 @@ def _start(out: Path) -> None:
 
 if _OUT:
     _start(Path(_OUT))
+if os.environ.get("CONFIGMIRROR_SWITCH_INTERVAL"):  # an experiment: the GIL's hand-over period
+    sys.setswitchinterval(float(os.environ["CONFIGMIRROR_SWITCH_INTERVAL"]))
 if os.environ.get("CONFIGMIRROR_STACKS_ON_SIGUSR1"):
     import faulthandler
     import signal
