@@ -13,7 +13,7 @@ import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,8 @@ from configmirror_testing.wait import wait_for
 from tests.conftest import REPO, Cluster, require_docker, require_node, unique_name
 
 __all__ = ["IN_CLUSTER", "Operator", "Operators", "configmap", "events", "read", "requests_into",
-           "restricted_operator_identity", "run_test_module", "wait_replica"]
+           "restart_writes_nothing", "restricted_operator_identity", "run_test_module",
+           "wait_replica"]
 
 Operator = OperatorProcess
 IN_CLUSTER = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
@@ -108,6 +109,18 @@ def operators(cluster: Cluster, tmp_path: Path) -> Iterator[Operators]:
 def operator(operators: Operators) -> OperatorProcess:
     """A running operator with default flags."""
     return operators()
+
+
+def restart_writes_nothing(first: OperatorProcess, start: Callable[[], OperatorProcess]) -> None:
+    """Stop `first` once idle, start another with `start`, and check that once it has looked
+    at the replicas (a target reconcile) and gone idle it wrote nothing."""
+    first.wait_idle()
+    assert first.stop() == 0
+    second = start()
+    wait_for(lambda: second.metric("configmirror_reconciles_total", role="target") >= 1,
+             what="the restarted operator to look at the replicas")
+    second.wait_idle()
+    assert second.writes() == 0
 
 
 def read(cluster: Cluster, namespace: str, name: str) -> client.V1ConfigMap | None:
