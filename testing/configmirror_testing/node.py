@@ -59,7 +59,8 @@ CLUSTER_DNS = "10.0.0.10"     # in the Service range; nothing answers there (no 
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap", "firewall")
 HOST = Host(state_dir=Path(tempfile.gettempdir()) / "configmirror-node", node_ip="10.201.0.1",
-            node_interface="cm-node0", service_cidr=SERVICE_CIDR, cni_bridge="cm-cni0",
+            node_interface="cm-node0", service_cidr=SERVICE_CIDR, pod_cidr=POD_CIDR,
+            cni_bridge="cm-cni0",
             cni_network="cm-node", cgroup_root="configmirror-node")
 LOCK = Path(tempfile.gettempdir()) / "configmirror-node.lock"
 START_TIMEOUT = 120.0
@@ -379,7 +380,7 @@ class NodeCluster:
             {"type": "bridge", "bridge": self.host.cni_bridge, "isGateway": True,
              "isDefaultGateway": False, "ipMasq": False, "hairpinMode": True,
              "ipam": {"type": "host-local", "dataDir": str(self.dir / "cni" / "ipam"),
-                      "ranges": [[{"subnet": POD_CIDR}]],
+                      "ranges": [[{"subnet": self.host.pod_cidr}]],
                       "routes": [{"dst": SERVICE_CIDR}, {"dst": f"{self.host.node_ip}/32"}]}},
             {"type": "firewall", "backend": "iptables"},
             {"type": "portmap", "capabilities": {"portMappings": True}},
@@ -463,7 +464,7 @@ class NodeCluster:
             "clientConnection": {"kubeconfig": str(plane.user_kubeconfig("system:kube-proxy"))},
             "hostnameOverride": NODE_NAME, "bindAddress": ip,
             "healthzBindAddress": f"{ip}:10256", "metricsBindAddress": f"{ip}:10249",
-            "clusterCIDR": POD_CIDR, "detectLocalMode": "ClusterCIDR",
+            "clusterCIDR": self.host.pod_cidr, "detectLocalMode": "ClusterCIDR",
             "nodePortAddresses": [f"{ip}/32"],
             "oomScoreAdj": 0,
             # 0: leave the kernel's conntrack table size and timeouts alone.
@@ -598,6 +599,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 def main(argv: Sequence[str]) -> int:
     """`python -m configmirror_testing.node [clean]`: run a node cluster until Ctrl-C, or
     remove what a crashed one left."""
+    if os.geteuid() != 0:
+        print("node cluster: needs root", file=sys.stderr)
+        return 1
     if list(argv) == ["clean"]:
         lock = MachineLock(LOCK)
         lock.acquire(0)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import json
 import os
 import shlex
 import signal
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,7 @@ class Host:
     node_ip: str
     node_interface: str        # holds node_ip; the Service range is routed into it
     service_cidr: str
+    pod_cidr: str
     cni_bridge: str
     cni_network: str
     cgroup_root: str           # the kubelet's --cgroup-root, under every cgroup hierarchy
@@ -79,6 +81,10 @@ class Host:
 
     def set_up(self) -> None:
         """Record what will change, then make the node's address and cgroup root."""
+        taken = self._overlaps()
+        if taken:
+            raise HostError("the node cluster's addresses are in use on this machine ("
+                            + "; ".join(taken) + "): routing them to the node would cut it off")
         self.state_dir.mkdir(mode=0o700)
         self._saved.write_text(json.dumps(
             {key: read_sysctl(key) for key in SYSCTLS if sysctl_path(key).exists()}))
@@ -99,33 +105,32 @@ class Host:
     def stop_containers(self) -> None:
         """Kill every container of this node and containerd's shims for them.
 
-        The kubelet must be stopped first (it would restart them). A shim is ours when its
-        command line names our containerd socket; a container process is ours when it is in
-        our cgroup tree. Both are found by path, never by a process name.
+        The kubelet must be stopped first (it would restart them). A container process is ours
+        when it is in our cgroup tree; a shim is ours when its command line names our
+        containerd socket. Both are found by path, never by a process name.
         """
-        for pid in self.processes():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        try:
-            wait_for(lambda: not self.processes(), 30, "the node's containers to exit",
-                     interval=0.1)
-        except WaitTimeout as err:
-            raise HostError(str(err)) from None
+        kill_and_wait(self.containers, "the node's containers and shims")
+
+    def containers(self) -> list[int]:
+        """Container processes in this node's cgroups, and the shims of its containerd."""
+        pids = {pid for cgroup in self._cgroups() for pid in cgroup_pids(cgroup)}
+        pids |= set(processes_naming(str(self.containerd_socket)))
+        return sorted(pids - {os.getpid()})
 
     def processes(self) -> list[int]:
-        """Processes of this node still alive: in its cgroups, or naming its state folder."""
-        pids = {pid for cgroup in self._cgroups() for pid in cgroup_pids(cgroup)}
-        pids |= set(processes_naming(str(self.state_dir) + "/"))
-        pids.discard(os.getpid())
-        return sorted(pids)
+        """Every process of this node still alive: its containers and shims, and whatever
+        names its state folder (its daemons, after their owner was killed)."""
+        pids = set(self.containers()) | set(processes_naming(f"{self.state_dir}/"))
+        return sorted(pids - {os.getpid()})
 
     def clean(self, kube_proxy: Path | None = None) -> None:
         """Remove everything this node left on the host; raise HostError naming any leftover.
 
-        Run it after every process of the cluster has stopped (or died). `kube_proxy` runs
-        `kube-proxy --cleanup` first, which knows its own rules best.
+        Run it after the cluster's processes have stopped (or their owner died: what is left
+        of them is killed here). `kube_proxy` runs `kube-proxy --cleanup` first, which knows
+        its own rules best.
         """
-        self.stop_containers()
+        kill_and_wait(self.processes, "the node's processes")
         if kube_proxy is not None and kube_proxy.exists() and self.chains():
             run(str(kube_proxy), "--cleanup", "--v=0", check=False)
         for binary in ("iptables", "ip6tables"):
@@ -171,6 +176,20 @@ class Host:
                 for _, chain in our_chains(binary)]
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _overlaps(self) -> list[str]:
+        """Routes and addresses of this machine inside the node's networks."""
+        ours = [ipaddress.ip_network(n) for n in
+                (f"{self.node_ip}/32", self.service_cidr, self.pod_cidr)]
+        routes = json.loads(run("ip", "-json", "-4", "route", "show", "table", "all").stdout)
+        taken = []
+        for route in routes:
+            if route.get("dst", "default") == "default" or route.get("dev") in (
+                    self.node_interface, self.cni_bridge):
+                continue
+            network = ipaddress.ip_network(route["dst"], strict=False)
+            taken += [f"{route['dst']} on {route.get('dev')}" for n in ours if n.overlaps(network)]
+        return taken
 
     def _cgroups(self) -> list[Path]:
         return [h / self.cgroup_root for h in cgroup_hierarchies()
@@ -221,6 +240,20 @@ class Host:
 
 
 # -- the host's facts, one function each ----------------------------------------------------------
+
+def kill_and_wait(find: Callable[[], list[int]], what: str, timeout: float = 30) -> None:
+    """SIGKILL what `find` returns until it returns nothing (a dying process can fork)."""
+    def gone() -> bool:
+        pids = find()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return not pids
+    try:
+        wait_for(gone, timeout, f"{what} to exit", interval=0.1)
+    except WaitTimeout as err:
+        raise HostError(str(err)) from None
+
 
 def sysctl_path(key: str) -> Path:
     return Path("/proc/sys") / key.replace(".", "/")
