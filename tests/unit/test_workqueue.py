@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -96,7 +95,8 @@ def test_max_retries_must_be_positive() -> None:
 
 @pytest.mark.parametrize("drain", [False, True])
 def test_basic_many_producers_and_consumers(drain: bool) -> None:
-    """TestBasic: 50 producers, 10 consumers; adds after shutdown never come out."""
+    """TestBasic: 50 producers, 10 consumers; every item is consumed once, adds after
+    shutdown never come out, and the queue ends empty."""
     wq: WorkQueue[int] = WorkQueue()
     producers = [
         threading.Thread(target=lambda i=i: [wq.add(i * 50 + j) for j in range(50)])
@@ -118,13 +118,14 @@ def test_basic_many_producers_and_consumers(drain: bool) -> None:
     for t in producers + consumers:
         t.start()
     for t in producers:
-        t.join()
+        t.join(timeout=10)
+        assert not t.is_alive()
     wq.shutdown_with_drain(timeout=10) if drain else wq.shutdown()
     wq.add(-1)
     for t in consumers:
         t.join(timeout=10)
         assert not t.is_alive()
-    assert -1 not in seen
+    assert sorted(seen) == list(range(50 * 50)), "every item consumed, each once"
     assert len(wq) == 0
 
 
@@ -177,28 +178,30 @@ def test_collapse_while_processing_redelivers_only_after_done() -> None:
 
 
 def test_shutdown_with_drain_waits_for_in_flight_items() -> None:
-    """TestQueueDrainageUsingShutDownWithDrain."""
+    """TestQueueDrainageUsingShutDownWithDrain: it returns once both are done, not before."""
     wq: WorkQueue[str] = WorkQueue()
     wq.add("foo")
     wq.add("bar")
     foo, bar = wq.get(), wq.get()
-    returned = threading.Event()
-    result: list[bool] = []
-
-    def drain() -> None:
-        result.append(wq.shutdown_with_drain())
-        returned.set()
-
-    t = threading.Thread(target=drain)
-    t.start()
-    assert not returned.wait(0.05), "drain returned with items still in flight"
     assert foo is not None and bar is not None
-    wq.done(foo)
-    assert not returned.wait(0.05)
-    wq.done(bar)
-    assert returned.wait(5)
-    t.join()
-    assert result == [True]
+    finished: list[str] = []
+
+    def finish() -> None:  # the workers: they finish once the drain has begun
+        wait_for(lambda: wq.shutting_down, what="the drain to begin")
+        for item in (foo, bar):
+            finished.append(item)
+            wq.done(item)
+
+    worker = threading.Thread(target=finish)
+    worker.start()
+    try:
+        assert wq.shutdown_with_drain(timeout=30) is True
+        in_flight_when_drained = wq.in_flight()
+        assert finished == ["foo", "bar"] and in_flight_when_drained == 0, \
+            "the drain returned with items still in flight"
+    finally:
+        worker.join(timeout=10)
+    assert not worker.is_alive()
 
 
 def test_a_drain_ends_when_the_last_in_flight_item_is_done_even_if_it_was_dirty() -> None:
@@ -209,14 +212,16 @@ def test_a_drain_ends_when_the_last_in_flight_item_is_done_even_if_it_was_dirty(
     assert foo is not None
     wq.add("foo")  # an event for it while it is processed: dirty
     result: list[bool] = []
-    t = threading.Thread(target=lambda: result.append(wq.shutdown_with_drain(timeout=30)))
+    t = threading.Thread(target=lambda: result.append(wq.shutdown_with_drain(timeout=60)))
     t.start()
-    wait_for(lambda: wq.shutting_down, what="the drain to begin")
-    started = time.monotonic()
-    wq.done(foo)
-    t.join(timeout=10)
-    assert not t.is_alive() and result == [True]
-    assert time.monotonic() - started < 5, "the drain waited for its timeout"
+    try:
+        wait_for(lambda: wq.shutting_down, what="the drain to begin")
+        wq.done(foo)
+        t.join(timeout=10)  # well inside the drain's own 60 s timeout
+        assert not t.is_alive() and result == [True], "the drain waited for its timeout"
+    finally:
+        wq.shutdown()  # releases a drain that is still waiting
+        t.join(timeout=10)
     assert len(wq) == 1, "the dirty item is queued, not lost"
 
 
@@ -238,8 +243,7 @@ def test_shutdown_releases_a_drain_waiter() -> None:
     result: list[bool] = []
     t = threading.Thread(target=lambda: result.append(wq.shutdown_with_drain()))
     t.start()
-    while not wq.shutting_down:
-        pass
+    wait_for(lambda: wq.shutting_down, what="the drain to begin")
     wq.shutdown()
     t.join(timeout=5)
     assert not t.is_alive()
@@ -281,7 +285,7 @@ def test_blocking_get_is_woken_by_add() -> None:
     t.start()
     wq.add("x")
     t.join(timeout=5)
-    assert got == ["x"]
+    assert not t.is_alive() and got == ["x"]
 
 
 def test_get_with_timeout_returns_none_when_nothing_arrives() -> None:
@@ -373,6 +377,64 @@ def test_blocking_get_wakes_for_a_delayed_item_in_real_time() -> None:
     wq: WorkQueue[str] = WorkQueue()
     wq.add_after("soon", 0.02)
     assert wq.get(timeout=5) == "soon"
+
+
+def blocked_get(wq: WorkQueue[str]) -> tuple[threading.Thread, list[str | None]]:
+    """A getter blocked in get(timeout=None), as a worker is, and what it got."""
+    got: list[str | None] = []
+    t = threading.Thread(target=lambda: got.append(wq.get(timeout=None)))
+    t.start()
+    return t, got
+
+
+def test_a_blocked_get_wakes_when_the_fake_clock_reaches_the_delayed_item() -> None:
+    clock = FakeClock()
+    wq: WorkQueue[str] = WorkQueue(clock=clock)
+    wq.add_after("foo", 5)
+    t, got = blocked_get(wq)
+    try:
+        wait_for(lambda: clock.waiters() == 1, what="the getter to wait for the clock")
+        clock.step(4.999)
+        assert got == [] and wq.get() is None, "not before its time"
+        clock.step(0.001)
+        t.join(timeout=5)
+        assert not t.is_alive() and got == ["foo"]
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
+
+
+def test_an_earlier_add_after_wakes_a_get_sleeping_until_a_later_item() -> None:
+    """The getter sleeps until the first delayed item is due; an earlier one must wake it,
+    or it would sleep past it (here: forever, as the clock stops short of the later one)."""
+    clock = FakeClock()
+    wq: WorkQueue[str] = WorkQueue(clock=clock)
+    wq.add_after("late", 60)
+    t, got = blocked_get(wq)
+    try:
+        wait_for(lambda: clock.waiters() == 1, what="the getter to sleep until the late item")
+        wq.add_after("soon", 1)
+        clock.step(1)
+        t.join(timeout=5)
+        assert not t.is_alive() and got == ["soon"], "the getter slept past the earlier item"
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
+
+
+def test_a_fake_clock_step_short_of_every_delayed_item_wakes_no_getter() -> None:
+    clock = FakeClock()
+    wq: WorkQueue[str] = WorkQueue(clock=clock)
+    wq.add_after("foo", 10)
+    t, got = blocked_get(wq)
+    try:
+        wait_for(lambda: clock.waiters() == 1, what="the getter to wait for the clock")
+        clock.step(9)
+        assert clock.waiters() == 1 and got == []
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
+    assert not t.is_alive() and got == [None], "shutdown wakes the getter empty-handed"
 
 
 def test_delayed_items_are_dropped_on_shutdown() -> None:
