@@ -29,19 +29,28 @@ def test_exponential_doubles_per_item_and_forget_resets() -> None:
     assert limiter.when("one") == pytest.approx(1 * MS)
 
 
-def test_exponential_caps_at_max_and_does_not_overflow() -> None:
+def test_exponential_caps_at_max() -> None:
+    """TestItemExponentialFailureRateLimiterOverFlow, first half: 32 ms on the 6th failure,
+    the cap from the 21st on with a 1 s cap."""
     limiter = ItemExponentialFailureRateLimiter(1 * MS, 1000.0)
     for _ in range(5):
         limiter.when("one")
     assert limiter.when("one") == pytest.approx(32 * MS)
-    for _ in range(1000):
-        limiter.when("overflow1")
-    assert limiter.when("overflow1") == 1000.0
 
     small_cap = ItemExponentialFailureRateLimiter(1 * MS, 1 * MS * 1000)
     for _ in range(20):
         small_cap.when("x")
     assert small_cap.when("x") == pytest.approx(1.0)
+
+
+def test_exponential_past_2_to_the_1024_returns_the_cap_instead_of_overflowing() -> None:
+    """Second half: 2.0**1024 raises OverflowError in Python (Go's float turns into +Inf),
+    so the failures must go past 1024, through every exponent, and each still get the cap."""
+    limiter = ItemExponentialFailureRateLimiter(1 * MS, 1000.0)
+    delays = [limiter.when("overflow") for _ in range(1100)]
+    assert limiter.num_requeues("overflow") == 1100
+    assert delays[:3] == pytest.approx([1 * MS, 2 * MS, 4 * MS])
+    assert set(delays[20:]) == {1000.0}
 
 
 def test_fast_slow_gives_fast_delays_then_slow() -> None:
