@@ -8,6 +8,7 @@ from collections.abc import Hashable
 import pytest
 from pytest_mock import MockerFixture
 
+from configmirror.clock import FakeClock
 from configmirror.controller import Controller, ServerBackoff
 from configmirror.events import EventRecorder, ObjectRef
 from configmirror.metrics import Metrics
@@ -66,8 +67,9 @@ SOURCE = ObjectRef("ns", "src", "uid-1", "7")
 
 def test_always_conflicting_key_is_attempted_max_retries_times_then_reported(
         mocker: MockerFixture) -> None:
+    clock = FakeClock()
     limiter = RecordingLimiter()
-    queue: WorkQueue[str] = WorkQueue(max_retries=5, rate_limiter=limiter)
+    queue: WorkQueue[str] = WorkQueue(max_retries=5, rate_limiter=limiter, clock=clock)
     attempts: list[str] = []
     metrics = Metrics()
     recorder = mocker.create_autospec(EventRecorder, instance=True)
@@ -77,18 +79,26 @@ def test_always_conflicting_key_is_attempted_max_retries_times_then_reported(
         raise RetryableError("409 Conflict", SOURCE)
 
     controller = Controller("test", queue, reconcile, workers=2, metrics=metrics,
-                            recorder=recorder)
+                            recorder=recorder, clock=clock)
     controller.start()
     try:
         queue.add("ns/broken")
+        for attempt in range(1, 5):
+            # Each retry waits for its backoff: both workers idle on the clock meanwhile.
+            wait_for(lambda attempt=attempt: len(attempts) == attempt
+                     and queue.counts() == (0, 0, 1) and clock.waiters() == 2,
+                     what=f"attempt {attempt} to back off")
+            clock.step(limiter.delays[-1])
         wait_for(lambda: recorder.warning.called, what="the give-up")
+        wait_for(lambda: queue.counts() == (0, 0, 0), what="the key to be let go")
     finally:
         controller.stop(drain_timeout=5)
     assert attempts == ["ns/broken"] * 5
-    assert limiter.delays == sorted(limiter.delays) and len(set(limiter.delays)) == 4
+    assert limiter.delays == pytest.approx([0.001, 0.002, 0.004, 0.008])
     recorder.warning.assert_called_once_with(
         SOURCE, "ReplicationFailed", "giving up until the next change or resync: 409 Conflict")
     assert queue.num_requeues("ns/broken") == 0, "given-up keys are forgotten"
+    assert limiter.num_requeues("ns/broken") == 0, "and so is their backoff"
     assert sample(metrics, "configmirror_reconcile_given_up_total") == 1
     assert sample(metrics, "controller_runtime_reconcile_total", result="error") == 5
     assert sample(metrics, "controller_runtime_reconcile_panics_total") == 0
@@ -144,7 +154,9 @@ def test_terminal_error_is_not_retried_and_its_failures_are_forgotten() -> None:
 
 
 def test_success_forgets_earlier_failures() -> None:
-    queue: WorkQueue[str] = WorkQueue(max_retries=3)
+    clock = FakeClock()
+    limiter = RecordingLimiter()
+    queue: WorkQueue[str] = WorkQueue(max_retries=3, rate_limiter=limiter, clock=clock)
     attempts: list[str] = []
 
     def reconcile(key: str) -> Result:
@@ -153,16 +165,29 @@ def test_success_forgets_earlier_failures() -> None:
             raise RetryableError("conflict")
         return Result()
 
-    controller = Controller("test", queue, reconcile, workers=1)
+    def retried(count: int) -> None:
+        wait_for(lambda: len(attempts) == count and queue.counts() == (0, 0, 1)
+                 and clock.waiters() == 1, what=f"attempt {count} to back off")
+        clock.step(limiter.delays[-1])
+
+    controller = Controller("test", queue, reconcile, workers=1, clock=clock)
     controller.start()
     try:
         queue.add("k")
-        wait_for(lambda: len(attempts) == 3, what="the success")
+        retried(1)
+        retried(2)
+        wait_for(lambda: len(attempts) == 3 and queue.counts() == (0, 0, 0),
+                 what="the success")
+        assert queue.num_requeues("k") == 0
         queue.add("k")  # fails twice more: had the success not forgotten, it would give up
-        wait_for(lambda: len(attempts) == 6, what="three more attempts")
+        retried(4)
+        retried(5)
+        wait_for(lambda: len(attempts) == 6, what="the third attempt of the second change")
     finally:
         controller.stop(drain_timeout=5)
     assert attempts == ["k"] * 6
+    # Forgotten by the limiter too: the second change's backoff starts again from the base.
+    assert limiter.delays == pytest.approx([0.001, 0.002, 0.001, 0.002])
 
 
 def test_follow_up_keys_are_queued_and_changes_are_counted_per_worker() -> None:
@@ -194,7 +219,8 @@ class FixedBackoff(ServerBackoff):
 
 
 def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> None:
-    queue: WorkQueue[str] = WorkQueue(max_retries=2)
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(max_retries=2, clock=clock)
     attempts: list[str] = []
     written: list[str] = []
     down = threading.Event()
@@ -207,18 +233,24 @@ def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> N
         written.append(key)
         return Result(changed=True)
 
-    controller = Controller("test", queue, reconcile, workers=2,
-                            server_backoff=FixedBackoff(0.02))
+    controller = Controller("test", queue, reconcile, workers=2, clock=clock,
+                            server_backoff=FixedBackoff(5.0))
     controller.start()
     try:
         for key in ("a", "b", "c"):
             queue.add(key)
-        wait_for(lambda: attempts.count("a") + attempts.count("b") + attempts.count("c") >= 12,
-                 what="the probe to retry many times past --max-retries")
-        assert controller.waiting_for_server() == 3
-        probes = {k for k in "abc" if attempts.count(k) > 2}
-        assert len(probes) == 1, f"one key probes, the others wait: {attempts}"
+        for probes in range(1, 6):  # the probe, five times: well past --max-retries (2)
+            wait_for(lambda probes=probes: len(attempts) == 2 + probes
+                     and controller.waiting_for_server() == 3
+                     and queue.counts() == (0, 0, 1) and clock.waiters() == 2,
+                     what=f"probe {probes} to wait for its backoff")
+            clock.step(5.0)
+        wait_for(lambda: len(attempts) == 8 and queue.counts() == (0, 0, 1),
+                 what="the sixth probe")
+        assert sorted(attempts.count(k) for k in "abc") == [1, 1, 6], \
+            f"one key probes, the others wait: {attempts}"
         down.clear()
+        clock.step(5.0)
         wait_for(lambda: sorted(written) == ["a", "b", "c"],
                  what="every waiting key to be released once the probe gets through")
         assert controller.waiting_for_server() == 0
@@ -227,7 +259,8 @@ def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> N
 
 
 def test_server_answered_releases_waiting_keys_at_once() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+    clock = FakeClock()  # never stepped: the probe never fires, only the answer can help
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
     attempts: list[str] = []
     down = threading.Event()
     down.set()
@@ -238,8 +271,8 @@ def test_server_answered_releases_waiting_keys_at_once() -> None:
             raise ServerUnavailable("503")
         return Result()
 
-    controller = Controller("test", queue, reconcile, workers=1,
-                            server_backoff=FixedBackoff(3600))  # the probe never fires here
+    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
+                            server_backoff=FixedBackoff(30.0))
     controller.start()
     try:
         queue.add("a")
@@ -249,43 +282,69 @@ def test_server_answered_releases_waiting_keys_at_once() -> None:
         controller.server_answered()  # as an informer that reconnects says
         wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
                  what="both keys retried")
+        assert controller.waiting_for_server() == 0
     finally:
         controller.stop(drain_timeout=5)
 
 
-def test_requeue_after_adds_the_key_again_later() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+def test_requeue_after_adds_the_key_again_after_that_delay_and_not_before() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
     calls: list[str] = []
+    metrics = Metrics()
 
     def reconcile(key: str) -> Result:
         calls.append(key)
-        return Result(requeue_after=0.01) if len(calls) == 1 else Result()
+        return Result(requeue_after=30.0) if len(calls) == 1 else Result()
 
-    controller = Controller("test", queue, reconcile, workers=1)
+    controller = Controller("test", queue, reconcile, workers=1, metrics=metrics, clock=clock)
     controller.start()
     try:
         queue.add("k")
-        wait_for(lambda: len(calls) == 2, what="the requeue")
+        wait_for(lambda: len(calls) == 1 and queue.counts() == (0, 0, 1)
+                 and clock.waiters() == 1, what="the key to wait for its requeue")
+        clock.step(29.9)
+        assert len(calls) == 1 and queue.counts() == (0, 0, 1), "requeued too early"
+        clock.step(0.1)
+        wait_for(lambda: len(calls) == 2, what="the requeue, 30 s later")
     finally:
         controller.stop(drain_timeout=5)
+    assert queue.num_requeues("k") == 0, "a requeue is not a failure"
+    assert sample(metrics, "controller_runtime_reconcile_total", result="requeue_after") == 1
+    assert sample(metrics, "controller_runtime_reconcile_total", result="success") == 1
 
 
 def test_stop_lets_a_slow_reconcile_finish() -> None:
     queue: WorkQueue[str] = WorkQueue()
-    entered, finished = threading.Event(), threading.Event()
+    entered, release = threading.Event(), threading.Event()
+    order: list[str] = []
 
     def reconcile(key: str) -> Result:
         entered.set()
-        threading.Event().wait(0.3)  # stands in for a slow API call
-        finished.set()
+        release.wait(10)  # stands in for a slow API call, which the test ends
+        order.append("reconcile finished")
         return Result()
 
     controller = Controller("test", queue, reconcile, workers=2)
     controller.start()
     queue.add("slow")
     assert entered.wait(5)
-    assert controller.stop(drain_timeout=10) is True
-    assert finished.is_set()
+    stopped: list[bool] = []
+
+    def stop() -> None:
+        stopped.append(controller.stop(drain_timeout=30))
+        order.append("stop returned")
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    try:
+        wait_for(lambda: queue.shutting_down, what="the stop to begin")
+        release.set()
+    finally:
+        release.set()
+        stopper.join(timeout=20)
+    assert not stopper.is_alive()
+    assert order == ["reconcile finished", "stop returned"] and stopped == [True]
     assert controller.alive_workers() == 0
 
 
@@ -319,8 +378,11 @@ def test_stop_starts_no_queued_key_and_finishes_the_one_in_flight() -> None:
         queue.add(f"queued-{i}")
     stopper = threading.Thread(target=controller.stop, kwargs={"drain_timeout": 10})
     stopper.start()
-    while not queue.shutting_down:
-        threading.Event().wait(0.001)
-    release.set()
-    stopper.join(timeout=10)
+    try:
+        wait_for(lambda: queue.shutting_down, what="the stop to begin")
+    finally:
+        release.set()
+        stopper.join(timeout=20)
+    assert not stopper.is_alive()
     assert done == ["slow"], "a stopping controller must not start queued keys"
+    assert controller.alive_workers() == 0
