@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Hashable
 
@@ -127,6 +128,8 @@ def test_an_exception_does_not_kill_the_pool() -> None:
     finally:
         controller.stop(drain_timeout=5)
     assert sample(metrics, "controller_runtime_reconcile_panics_total") == 10
+    assert sample(metrics, "controller_runtime_reconcile_errors_total") == 10
+    assert sample(metrics, "controller_runtime_reconcile_total", result="error") == 10
 
 
 def test_terminal_error_is_not_retried_and_its_failures_are_forgotten() -> None:
@@ -218,6 +221,26 @@ class FixedBackoff(ServerBackoff):
         super().__init__(delay, delay)
 
 
+class FixedRandom(random.Random):
+    """A random source that always says `value`."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+def test_server_backoff_doubles_from_a_quarter_second_to_30_s_jittered_by_a_tenth() -> None:
+    backoff = ServerBackoff(rng=FixedRandom(0.5))
+    bases = [0.25, 0.5, 1, 2, 4, 8, 16, 30, 30]
+    assert [backoff.next() for _ in bases] == pytest.approx(
+        [min(base * 1.05, 30.0) for base in bases])
+    backoff.reset()
+    assert backoff.next() == pytest.approx(0.25 * 1.05)
+
+
 def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> None:
     clock = FakeClock()
     queue: WorkQueue[str] = WorkQueue(max_retries=2, clock=clock)
@@ -233,7 +256,8 @@ def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> N
         written.append(key)
         return Result(changed=True)
 
-    controller = Controller("test", queue, reconcile, workers=2, clock=clock,
+    metrics = Metrics()
+    controller = Controller("test", queue, reconcile, workers=2, metrics=metrics, clock=clock,
                             server_backoff=FixedBackoff(5.0))
     controller.start()
     try:
@@ -249,6 +273,9 @@ def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> N
                  what="the sixth probe")
         assert sorted(attempts.count(k) for k in "abc") == [1, 1, 6], \
             f"one key probes, the others wait: {attempts}"
+        assert sample(metrics, "controller_runtime_reconcile_errors_total") == 8
+        assert sample(metrics, "controller_runtime_reconcile_total", result="error") == 8
+        assert sample(metrics, "configmirror_reconcile_given_up_total") == 0
         down.clear()
         clock.step(5.0)
         wait_for(lambda: sorted(written) == ["a", "b", "c"],
@@ -287,6 +314,109 @@ def test_server_answered_releases_waiting_keys_at_once() -> None:
         controller.stop(drain_timeout=5)
 
 
+def test_a_probe_that_finds_nothing_to_write_releases_the_waiting_keys() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    attempts: list[str] = []
+    down = threading.Event()
+    down.set()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if down.is_set():
+            raise ServerUnavailable("connection refused")
+        return Result()  # in sync: nothing written, but the server answered
+
+    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
+                            server_backoff=FixedBackoff(5.0))
+    controller.start()
+    try:
+        queue.add("a")
+        queue.add("b")
+        wait_for(lambda: controller.waiting_for_server() == 2 and queue.counts() == (0, 0, 1)
+                 and clock.waiters() == 1, what="one key to probe, the other to wait")
+        down.clear()
+        clock.step(5.0)
+        wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
+                 what="the waiting key released by the probe's answer")
+        assert controller.waiting_for_server() == 0
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+@pytest.mark.parametrize("answer", ["a write", "a conflict", "forbidden"])
+def test_any_answer_from_the_server_releases_the_keys_waiting_for_it(answer: str) -> None:
+    clock = FakeClock()  # never stepped: the probe never fires, only the answer can help
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    attempts: list[str] = []
+    down = threading.Event()
+    down.set()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if key == "other":  # a key that reaches the server once it is back
+            if answer == "a conflict":
+                raise RetryableError("409 Conflict")
+            if answer == "forbidden":
+                raise TerminalError("403 Forbidden")
+            return Result(changed=True)
+        if down.is_set():
+            raise ServerUnavailable("connection refused")
+        return Result()
+
+    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
+                            server_backoff=FixedBackoff(30.0))
+    controller.start()
+    try:
+        queue.add("a")
+        wait_for(lambda: controller.waiting_for_server() == 1, what="the key to wait")
+        down.clear()
+        queue.add("other")
+        wait_for(lambda: attempts.count("a") == 2, what=f"{answer} to release the waiting key")
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_each_outage_probes_from_the_first_backoff_step_again() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    attempts: list[str] = []
+    down = threading.Event()
+    down.set()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if down.is_set():
+            raise ServerUnavailable("connection refused")
+        return Result(changed=True)
+
+    def probe_waits(attempt: int) -> None:
+        wait_for(lambda: len(attempts) == attempt and queue.counts() == (0, 0, 1)
+                 and clock.waiters() == 1, what=f"probe {attempt} to wait for its backoff")
+
+    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
+                            server_backoff=ServerBackoff(1.0, 100.0, FixedRandom(0.0)))
+    controller.start()
+    try:
+        queue.add("a")
+        for attempt, delay in ((1, 1.0), (2, 2.0)):  # the first outage: backoff grows to 4 s
+            probe_waits(attempt)
+            clock.step(delay)
+        probe_waits(3)
+        down.clear()
+        clock.step(4.0)
+        wait_for(lambda: len(attempts) == 4 and queue.counts() == (0, 0, 0),
+                 what="the end of the first outage")
+        down.set()  # the second outage probes after 1 s again, not 8 s
+        queue.add("a")
+        probe_waits(5)
+        down.clear()
+        clock.step(1.0)
+        wait_for(lambda: len(attempts) == 6, what="the second outage's first probe")
+    finally:
+        controller.stop(drain_timeout=5)
+
+
 def test_requeue_after_adds_the_key_again_after_that_delay_and_not_before() -> None:
     clock = FakeClock()
     queue: WorkQueue[str] = WorkQueue(clock=clock)
@@ -312,6 +442,58 @@ def test_requeue_after_adds_the_key_again_after_that_delay_and_not_before() -> N
     assert queue.num_requeues("k") == 0, "a requeue is not a failure"
     assert sample(metrics, "controller_runtime_reconcile_total", result="requeue_after") == 1
     assert sample(metrics, "controller_runtime_reconcile_total", result="success") == 1
+
+
+def test_requeue_after_zero_is_a_plain_success() -> None:
+    queue: WorkQueue[str] = WorkQueue(clock=FakeClock())
+    calls: list[str] = []
+    metrics = Metrics()
+
+    def reconcile(key: str) -> Result:
+        calls.append(key)
+        return Result(requeue_after=0)
+
+    controller = Controller("test", queue, reconcile, workers=1, metrics=metrics)
+    controller.start()
+    try:
+        queue.add("k")
+        wait_for(lambda: calls and queue.counts() == (0, 0, 0), what="the reconcile")
+    finally:
+        controller.stop(drain_timeout=5)
+    assert calls == ["k"]
+    assert sample(metrics, "controller_runtime_reconcile_total", result="success") == 1
+
+
+def test_active_workers_and_reconcile_time_are_reported() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    entered, release = threading.Event(), threading.Event()
+    metrics = Metrics()
+
+    def reconcile(key: str) -> Result:
+        entered.set()
+        release.wait(10)
+        return Result()
+
+    controller = Controller("test", queue, reconcile, workers=3, metrics=metrics)
+    assert sample(metrics, "controller_runtime_max_concurrent_reconciles") == 3
+    assert sample(metrics, "controller_runtime_active_workers") == 0
+    controller.start()
+    try:
+        queue.add("k")
+        assert entered.wait(5)
+        assert sample(metrics, "controller_runtime_active_workers") == 1
+        release.set()
+        wait_for(lambda: sample(metrics, "controller_runtime_reconcile_time_seconds_count") == 1
+                 and sample(metrics, "controller_runtime_active_workers") == 0,
+                 what="the reconcile to be timed and its worker to be free")
+    finally:
+        release.set()
+        controller.stop(drain_timeout=5)
+
+
+def test_a_pool_needs_a_worker() -> None:
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        Controller("test", WorkQueue[str](), lambda key: Result(), workers=0)
 
 
 def test_stop_lets_a_slow_reconcile_finish() -> None:
@@ -376,7 +558,8 @@ def test_stop_starts_no_queued_key_and_finishes_the_one_in_flight() -> None:
     assert entered.wait(5)
     for i in range(100):
         queue.add(f"queued-{i}")
-    stopper = threading.Thread(target=controller.stop, kwargs={"drain_timeout": 10})
+    stopped: list[bool] = []
+    stopper = threading.Thread(target=lambda: stopped.append(controller.stop(drain_timeout=10)))
     stopper.start()
     try:
         wait_for(lambda: queue.shutting_down, what="the stop to begin")
@@ -385,4 +568,5 @@ def test_stop_starts_no_queued_key_and_finishes_the_one_in_flight() -> None:
         stopper.join(timeout=20)
     assert not stopper.is_alive()
     assert done == ["slow"], "a stopping controller must not start queued keys"
+    assert stopped == [True], "the keys it did not start are let go, not left in flight"
     assert controller.alive_workers() == 0
