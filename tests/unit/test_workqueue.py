@@ -275,7 +275,7 @@ def test_add_after_shutdown_is_a_no_op() -> None:
     wq.shutdown()
     wq.add("foo")
     wq.add_after("bar", 1)
-    assert len(wq) == 0
+    assert wq.counts() == (0, 0, 0), "nothing queued, and nothing delayed either"
 
 
 def test_blocking_get_is_woken_by_add() -> None:
@@ -286,6 +286,26 @@ def test_blocking_get_is_woken_by_add() -> None:
     wq.add("x")
     t.join(timeout=5)
     assert not t.is_alive() and got == ["x"]
+
+
+def test_done_wakes_a_blocked_get_for_the_dirty_item_it_requeues() -> None:
+    """A second worker waits while the only key is in flight; the key's event arrived
+    meanwhile, so done() queues it again, and must wake that worker to take it."""
+    wq: WorkQueue[str] = WorkQueue()
+    wq.add("a")
+    assert wq.get() == "a"
+    wq.add("a")  # dirty while in flight: not queued, so it wakes nobody
+    got: list[str | None] = []
+    t = threading.Thread(target=lambda: got.append(wq.get(timeout=None)))
+    t.start()
+    try:
+        wait_for(lambda: wq._getters == 1, what="the second worker to block in get()")
+        wq.done("a")
+        t.join(timeout=5)
+        assert not t.is_alive() and got == ["a"], "the requeued item woke no one"
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
 
 
 def test_get_with_timeout_returns_none_when_nothing_arrives() -> None:
