@@ -68,6 +68,11 @@ class FakeClock:
         with self._lock:
             return len(self._waiters)
 
+    def wake_times(self) -> list[float]:
+        """The times the waiting threads wait for, earliest first."""
+        with self._lock:
+            return sorted(until for until, _ in self._waiters)
+
     def wait(self, cond: threading.Condition, until: float | None,
              timeout: float | None) -> None:
         if until is None:
