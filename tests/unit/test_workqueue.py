@@ -313,6 +313,21 @@ def test_get_with_timeout_returns_none_when_nothing_arrives() -> None:
     assert wq.get(timeout=0.01) is None
 
 
+def test_get_with_a_timeout_returns_an_item_that_arrives_within_it() -> None:
+    wq: WorkQueue[str] = WorkQueue()
+    got: list[str | None] = []
+    t = threading.Thread(target=lambda: got.append(wq.get(timeout=0.5)))
+    t.start()
+    try:
+        wait_for(lambda: wq._getters == 1, what="the getter to block")
+        wq.add("x")
+        t.join(timeout=5)
+        assert not t.is_alive() and got == ["x"]
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
+
+
 def test_get_with_timeout_and_fake_clock_still_times_out_in_real_time() -> None:
     wq: WorkQueue[str] = WorkQueue(clock=FakeClock())
     wq.add_after("later", 60)
@@ -387,9 +402,11 @@ def test_delayed_items_fire_in_ready_order() -> None:
     assert wq.get() == "foo"
 
 
-def test_add_after_with_zero_delay_adds_at_once() -> None:
+@pytest.mark.parametrize("delay", [0, -1])
+def test_add_after_with_no_delay_adds_at_once(delay: float) -> None:
     wq: WorkQueue[str] = WorkQueue(clock=FakeClock())
-    wq.add_after("foo", 0)
+    wq.add_after("foo", delay)
+    assert wq.counts() == (1, 0, 0), "queued, not delayed"
     assert wq.get() == "foo"
 
 
@@ -413,7 +430,7 @@ def test_a_blocked_get_wakes_when_the_fake_clock_reaches_the_delayed_item() -> N
     wq.add_after("foo", 5)
     t, got = blocked_get(wq)
     try:
-        wait_for(lambda: clock.waiters() == 1, what="the getter to wait for the clock")
+        wait_for(lambda: clock.wake_times() == [1005.0], what="the getter to sleep until 5 s")
         clock.step(4.999)
         assert got == [] and wq.get() is None, "not before its time"
         clock.step(0.001)
@@ -432,7 +449,8 @@ def test_an_earlier_add_after_wakes_a_get_sleeping_until_a_later_item() -> None:
     wq.add_after("late", 60)
     t, got = blocked_get(wq)
     try:
-        wait_for(lambda: clock.waiters() == 1, what="the getter to sleep until the late item")
+        wait_for(lambda: clock.wake_times() == [1060.0],
+                 what="the getter to sleep until the late item")
         wq.add_after("soon", 1)
         clock.step(1)
         t.join(timeout=5)
@@ -462,6 +480,7 @@ def test_delayed_items_are_dropped_on_shutdown() -> None:
     wq: WorkQueue[str] = WorkQueue(clock=clock)
     wq.add_after("foo", 1)
     wq.shutdown()
+    assert wq.delayed() == 0, "nothing is left waiting (the idle probe reads this)"
     clock.step(2)
     assert wq.get() is None
 
