@@ -353,6 +353,14 @@ def test_processed_items_are_released() -> None:
 # --- ports of client-go delaying_queue_test.go (fake clock, no sleeps) ------------------------
 
 
+def blocked_get(wq: WorkQueue[str]) -> tuple[threading.Thread, list[str | None]]:
+    """A getter blocked in get(timeout=None), as a worker is, and what it got."""
+    got: list[str | None] = []
+    t = threading.Thread(target=lambda: got.append(wq.get(timeout=None)))
+    t.start()
+    return t, got
+
+
 def test_delayed_item_is_absent_before_its_delay_and_present_after() -> None:
     """TestSimpleQueue."""
     clock = FakeClock()
@@ -410,18 +418,23 @@ def test_add_after_with_no_delay_adds_at_once(delay: float) -> None:
     assert wq.get() == "foo"
 
 
-def test_blocking_get_wakes_for_a_delayed_item_in_real_time() -> None:
+def test_a_get_without_timeout_wakes_for_a_delayed_item_on_the_real_clock() -> None:
+    """The real clock turns the item's time into the wait's timeout: nothing notifies."""
     wq: WorkQueue[str] = WorkQueue()
     wq.add_after("soon", 0.02)
-    assert wq.get(timeout=5) == "soon"
+    t, got = blocked_get(wq)
+    try:
+        t.join(timeout=10)
+        assert not t.is_alive() and got == ["soon"]
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
 
 
-def blocked_get(wq: WorkQueue[str]) -> tuple[threading.Thread, list[str | None]]:
-    """A getter blocked in get(timeout=None), as a worker is, and what it got."""
-    got: list[str | None] = []
-    t = threading.Thread(target=lambda: got.append(wq.get(timeout=None)))
-    t.start()
-    return t, got
+def test_a_get_timeout_ends_the_wait_before_a_later_item_on_the_real_clock() -> None:
+    wq: WorkQueue[str] = WorkQueue()
+    wq.add_after("later", 3600)
+    assert wq.get(timeout=0.01) is None
 
 
 def test_a_blocked_get_wakes_when_the_fake_clock_reaches_the_delayed_item() -> None:
