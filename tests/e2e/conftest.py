@@ -8,7 +8,7 @@ unless a test passes its own.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,11 @@ from kubernetes import client
 
 from configmirror_testing.objects import configmap
 from configmirror_testing.operator import OperatorProcess
+from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster, unique_name
 
 __all__ = ["IN_CLUSTER", "Operator", "Operators", "configmap", "events", "read", "requests_into",
-           "restricted_operator_identity"]
+           "restart_writes_nothing", "restricted_operator_identity"]
 
 Operator = OperatorProcess
 IN_CLUSTER = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
@@ -97,6 +98,18 @@ def operators(cluster: Cluster, tmp_path: Path) -> Iterator[Operators]:
 def operator(operators: Operators) -> OperatorProcess:
     """A running operator with default flags."""
     return operators()
+
+
+def restart_writes_nothing(first: OperatorProcess, start: Callable[[], OperatorProcess]) -> None:
+    """Stop `first` once idle, start another with `start`, and check that once it has looked
+    at the replicas (a target reconcile) and gone idle it wrote nothing."""
+    first.wait_idle()
+    assert first.stop() == 0
+    second = start()
+    wait_for(lambda: second.metric("configmirror_reconciles_total", role="target") >= 1,
+             what="the restarted operator to look at the replicas")
+    second.wait_idle()
+    assert second.writes() == 0
 
 
 def read(cluster: Cluster, namespace: str, name: str) -> client.V1ConfigMap | None:

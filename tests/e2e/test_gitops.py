@@ -8,7 +8,14 @@ from configmirror.model import REPLICA_LABEL, REPLICA_OF
 from configmirror.spec import COPY_ANNOTATIONS, COPY_LABELS, REPLICATE_TO
 from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster, Namespaces
-from tests.e2e.conftest import Operator, Operators, configmap, events, read
+from tests.e2e.conftest import (
+    Operator,
+    Operators,
+    configmap,
+    events,
+    read,
+    restart_writes_nothing,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -96,10 +103,4 @@ def test_restart_with_copy_patterns_and_drops_writes_nothing(
         labels={"team": "a", **TRACKING_LABELS}))
     first = operators()
     wait_for(lambda: read(cluster, a, "cfg"), what="the replica")
-    first.wait_idle()
-    assert first.stop() == 0
-    second = operators()
-    wait_for(lambda: second.metric("configmirror_reconciles_total", role="target") >= 1,
-             what="the restarted operator to look at the replica")
-    second.wait_idle()
-    assert second.writes() == 0
+    restart_writes_nothing(first, operators)

@@ -24,7 +24,7 @@ from kubernetes import client
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.wait import wait_for
 from tests.conftest import REPO, Cluster, Namespaces
-from tests.e2e.conftest import Operators, events
+from tests.e2e.conftest import Operators, events, restart_writes_nothing
 
 pytestmark = pytest.mark.controlplane
 COMPONENT = REPO / "deploy" / "components" / "secrets"
@@ -217,13 +217,7 @@ def test_restart_with_nothing_changed_writes_no_secret(
     cluster.core.create_namespaced_secret(src, tls_secret(TLS, {REPLICATE_TO: a}, b"c", b"k"))
     first = start()
     wait_for(lambda: read_secret(cluster, a, TLS), what="the replica")
-    first.wait_idle()
-    assert first.stop() == 0
-    second = start()
-    wait_for(lambda: second.metric("configmirror_reconciles_total", role="target") >= 1,
-             what="the restarted operator to look at the replica")
-    second.wait_idle()
-    assert second.writes() == 0
+    restart_writes_nothing(first, start)
 
 
 def plan_output(cluster: Cluster, kubeconfig: Path, *args: str) -> str:
