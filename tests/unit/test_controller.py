@@ -292,8 +292,9 @@ def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> N
 
 
 def test_server_answered_releases_waiting_keys_at_once() -> None:
-    clock = FakeClock()  # never stepped: the probe never fires, only the answer can help
-    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    # The queue's clock is never stepped: the probe never fires, only the answer can help.
+    # The controller keeps its own (real) clock: it only times the outage for the log.
+    queue: WorkQueue[str] = WorkQueue(clock=FakeClock())
     attempts: list[str] = []
     down = threading.Event()
     down.set()
@@ -304,7 +305,7 @@ def test_server_answered_releases_waiting_keys_at_once() -> None:
             raise ServerUnavailable("503")
         return Result()
 
-    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
+    controller = Controller("test", queue, reconcile, workers=1,
                             server_backoff=FixedBackoff(30.0))
     controller.start()
     try:
@@ -510,7 +511,8 @@ def test_active_workers_and_reconcile_time_are_reported() -> None:
 
     controller = Controller("test", queue, reconcile, workers=3, metrics=metrics)
     assert sample(metrics, "controller_runtime_max_concurrent_reconciles") == 3
-    assert sample(metrics, "controller_runtime_active_workers") == 0
+    assert metrics.registry.get_sample_value(
+        "controller_runtime_active_workers", {"controller": "test"}) == 0, "a 0, not absent"
     controller.start()
     try:
         queue.add("k")
@@ -523,6 +525,8 @@ def test_active_workers_and_reconcile_time_are_reported() -> None:
     finally:
         release.set()
         controller.stop(drain_timeout=5)
+    # Not a figure: any real duration is below the test's own timeout (300 s).
+    assert 0 < sample(metrics, "controller_runtime_reconcile_time_seconds_sum") < 300
 
 
 def test_a_pool_needs_a_worker() -> None:
@@ -562,6 +566,35 @@ def test_stop_lets_a_slow_reconcile_finish() -> None:
     assert not stopper.is_alive()
     assert order == ["reconcile finished", "stop returned"] and stopped == [True]
     assert controller.alive_workers() == 0
+
+
+def test_stop_reports_work_that_outlives_the_drain_and_still_joins_its_worker(
+        caplog: pytest.LogCaptureFixture) -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    entered, release = threading.Event(), threading.Event()
+
+    def reconcile(key: str) -> Result:
+        entered.set()
+        release.wait(10)
+        return Result()
+
+    controller = Controller("test", queue, reconcile, workers=1)
+    controller.start()
+    queue.add("stuck")
+    assert entered.wait(5)
+    outcome: list[tuple[bool, int]] = []
+    stopper = threading.Thread(target=lambda: outcome.append(
+        (controller.stop(drain_timeout=0.2), controller.alive_workers())))
+    stopper.start()
+    try:
+        wait_for(lambda: "in-flight work did not finish within" in caplog.text,
+                 what="the drain to time out")
+        release.set()  # the reconcile ends while stop() waits (up to 1 s) to join its worker
+    finally:
+        release.set()
+        stopper.join(timeout=10)
+    assert not stopper.is_alive()
+    assert outcome == [(False, 0)], "not drained in time, and no worker left behind"
 
 
 def test_start_twice_is_an_error() -> None:
