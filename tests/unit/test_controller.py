@@ -460,7 +460,7 @@ def test_requeue_after_adds_the_key_again_after_that_delay_and_not_before() -> N
 
     def reconcile(key: str) -> Result:
         calls.append(key)
-        return Result(requeue_after=30.0) if len(calls) == 1 else Result()
+        return Result(requeue_after=0.5) if len(calls) == 1 else Result()
 
     controller = Controller("test", queue, reconcile, workers=1, metrics=metrics, clock=clock)
     controller.start()
@@ -468,10 +468,10 @@ def test_requeue_after_adds_the_key_again_after_that_delay_and_not_before() -> N
         start = clock.now()
         queue.add("k")
         wait_for(lambda: len(calls) == 1 and queue.counts() == (0, 0, 1)
-                 and clock.wake_times() == [start + 30.0],
-                 what="the worker to wait 30 s for the requeue")
-        clock.step(30.0)
-        wait_for(lambda: len(calls) == 2, what="the requeue, 30 s later")
+                 and clock.wake_times() == [start + 0.5],
+                 what="the worker to wait 0.5 s for the requeue")
+        clock.step(0.5)
+        wait_for(lambda: len(calls) == 2, what="the requeue, 0.5 s later")
     finally:
         controller.stop(drain_timeout=5)
     assert queue.num_requeues("k") == 0, "a requeue is not a failure"

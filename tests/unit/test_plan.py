@@ -290,6 +290,7 @@ def test_two_sources_same_name_existing_replica_wins() -> None:
     p = plan(second, [ns("a"), ns("one"), ns("two")], [replica_of(first, "a")], key="two/cfg")
     assert p.actions == ()
     assert [(c.namespace, c.owner) for c in p.conflicts] == [("a", "one/cfg")]
+    assert p.conflicts[0].message == "a/cfg is already a replica of one/cfg; it is left as it is"
 
 
 def test_immutable_replica_that_must_change_is_recreated() -> None:
