@@ -68,6 +68,10 @@ test: $(STAMP) ## run the whole test suite (unit + against a real local control 
 unit: $(STAMP) ## run only the unit tests (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+.PHONY: mutate
+mutate: $(STAMP) ## mutation check of the queue, controller, planner (MUTATE_ARGS=--jobs 2, --only WORD)
+	$(PY) hack/mutate.py $(MUTATE_ARGS)
+
 .PHONY: lint
 lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile)
 	$(VENV)/bin/ruff check src testing tests bench hack
