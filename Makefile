@@ -83,6 +83,10 @@ cluster-test: $(STAMP) ## only the real-node tier: a node cluster, deploy/ and t
 unit: $(STAMP) ## run only the unit tests (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+.PHONY: mutate
+mutate: $(STAMP) ## mutation check of the queue, controller, planner (MUTATE_ARGS=--jobs 2, --only WORD)
+	$(PY) hack/mutate.py $(MUTATE_ARGS)
+
 .PHONY: lint
 lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile)
 	$(VENV)/bin/ruff check src testing tests bench hack

@@ -25,12 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from kubernetes import client, config
 
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.node import NodeCluster, find_node_assets, node_missing
 from configmirror_testing.objects import service_account_token, token_kubeconfig
 from configmirror_testing.pod import docker_missing
+
+# Property tests assert properties, not speed: no per-example deadline, which a loaded CI
+# machine (or the first call that compiles a regex) exceeds without anything being wrong.
+settings.register_profile("configmirror", deadline=None)
+settings.load_profile("configmirror")
 
 REPO = Path(__file__).resolve().parents[1]
 NO_CONTROL_PLANE = ("no control plane: run `make controlplane` (needs Go 1.26+) or set "

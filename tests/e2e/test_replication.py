@@ -8,7 +8,6 @@ deadline; "nothing happens" is checked after a positive signal that the operator
 from __future__ import annotations
 
 import base64
-import time
 
 import pytest
 from kubernetes import client
@@ -124,16 +123,17 @@ def test_source_edit_updates_every_replica_and_unchanged_source_writes_nothing(
 # -- rule 3: new and relabelled namespaces -------------------------------------------------
 
 
-def test_namespace_created_after_the_source_gets_its_replica_within_2s(
+def test_namespace_created_after_the_source_gets_its_replica_from_its_event(
         cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
     src = namespaces()
     tag = src.rsplit("-", 1)[-1]
+    early = namespaces(name=f"late-a-{tag}")
     cluster.core.create_namespaced_config_map(src, configmap("cfg",
                                                              {REPLICATE_TO: f"late-*-{tag}"}))
+    wait_replica(cluster, early)  # the source has been planned: the namespace comes after
     late = namespaces(name=f"late-x-{tag}")
-    started = time.monotonic()
-    wait_replica(cluster, late, timeout=2)
-    assert time.monotonic() - started < 2
+    # The resync is 10 minutes away: only the namespace's own event can bring it this soon.
+    wait_replica(cluster, late, timeout=30)
 
 
 def test_selector_follows_namespace_labels_that_change_after_the_source(
