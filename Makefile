@@ -35,17 +35,22 @@ demo: $(STAMP) ## local control plane + operator + deploy/examples; Ctrl-C stops
 controlplane: ## build (once) or find kube-apiserver/etcd/kubectl; prints their folder last
 	@hack/controlplane/build.sh
 
+.PHONY: node
+node: ## build (once) or find the node cluster's binaries too (kubelet, scheduler, ...; one go build)
+	@hack/controlplane/build.sh --node
+
 .PHONY: helm
 helm: ## build (once) or find helm for the chart tests; prints its folder last
 	@hack/helm/build.sh
 
 .PHONY: test
-test: $(STAMP) ## run the whole test suite (unit + against a real local control plane)
+test: $(STAMP) ## the whole suite: unit, a real local control plane, the image, a real node (as root)
 	@set -o pipefail; \
-	if assets=$$(hack/controlplane/build.sh | tail -n 1); then \
+	node=; if [ "$$(id -u)" = 0 ] || [ "$${CI:-}" = true ]; then node=--node; fi; \
+	if assets=$$(hack/controlplane/build.sh $$node | tail -n 1); then \
 	  export CONFIGMIRROR_CONTROLPLANE_ASSETS=$$assets; \
 	elif [ "$${CI:-}" = true ]; then \
-	  echo "make test: the control plane could not be built, and CI needs it" >&2; exit 1; \
+	  echo "make test: the control plane and node could not be built, and CI needs them" >&2; exit 1; \
 	else \
 	  echo "make test: no control plane (needs Go; or set KUBEBUILDER_ASSETS); integration tests will skip" >&2; \
 	fi; \
@@ -64,9 +69,23 @@ test: $(STAMP) ## run the whole test suite (unit + against a real local control 
 	fi; \
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+.PHONY: cluster-test
+cluster-test: $(STAMP) ## only the real-node tier: a node cluster, deploy/ and the chart on it (root)
+	@set -euo pipefail; \
+	assets=$$(hack/controlplane/build.sh --node | tail -n 1); \
+	helm=$$(hack/helm/build.sh | tail -n 1); \
+	echo "cluster-test: building image $(IMAGE)"; hack/image.sh $(IMAGE); \
+	echo "cluster-test: node cluster, deploy/, the chart, and the e2e tests against them"; \
+	CONFIGMIRROR_CONTROLPLANE_ASSETS=$$assets CONFIGMIRROR_HELM_DIR=$$helm \
+	CONFIGMIRROR_E2E_IMAGE=$(IMAGE) $(PY) -m pytest -m node tests/e2e $(PYTEST_ARGS)
+
 .PHONY: unit
 unit: $(STAMP) ## run only the unit tests (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: mutate
+mutate: $(STAMP) ## mutation check of the queue, controller, planner (MUTATE_ARGS=--jobs 2, --only WORD)
+	$(PY) hack/mutate.py $(MUTATE_ARGS)
 
 .PHONY: lint
 lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile)

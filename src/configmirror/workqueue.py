@@ -262,7 +262,8 @@ class WorkQueue(Generic[T]):
                 self._add_locked(item)
 
     def _wait_for_item(self, timeout: float | None) -> None:
-        # The timeout is real waiting time; only delayed items follow the injected clock.
+        # The timeout is real waiting time; only delayed items follow the injected clock,
+        # which wakes this getter when the first of them is due (a FakeClock: when stepped).
         deadline = None if timeout is None else time.monotonic() + timeout
         self._getters += 1
         try:
@@ -270,10 +271,7 @@ class WorkQueue(Generic[T]):
                 wait = None if deadline is None else deadline - time.monotonic()
                 if wait is not None and wait <= 0:
                     return
-                if self._heap:
-                    until_ready = max(self._heap[0][0] - self._clock.now(), 0.0)
-                    wait = until_ready if wait is None else min(wait, until_ready)
-                self._ready.wait(wait)
+                self._clock.wait(self._ready, self._heap[0][0] if self._heap else None, wait)
                 if self._heap:
                     self._promote_ready()
         finally:

@@ -14,6 +14,9 @@ ServiceAccount tokens work as in a cluster.
 By default the apiserver listens on 127.0.0.1. `address=` makes it listen on another address
 of this machine instead (a Docker network's gateway, so containers reach it), and its
 self-signed serving certificate names that address, so clients there verify TLS as in a pod.
+The certificate also names the `kubernetes` Service's ClusterIP (10.0.0.1), so pods of a real
+node (configmirror_testing.node, which runs this control plane with ServiceAccount admission,
+the Node authorizer and an identity per component) verify it too.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import subprocess
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -48,21 +51,24 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not be started or used; the message names the part and why."""
 
 
-def find_assets(repo_root: Path | None = None, build: bool = False) -> Path | None:
+def find_assets(repo_root: Path | None = None, build: bool = False,
+                binaries: Sequence[str] = BINARIES, build_args: Sequence[str] = ()
+                ) -> Path | None:
     """The folder holding the control-plane binaries, or None if there is none (and no build).
 
     Looks at CONFIGMIRROR_CONTROLPLANE_ASSETS, then KUBEBUILDER_ASSETS, then asks build.sh,
     which prints the cached folder (and builds it first only when `build` is true).
+    `binaries` and `build_args` ask for more (the node's: configmirror_testing.node).
     """
     for var in ("CONFIGMIRROR_CONTROLPLANE_ASSETS", "KUBEBUILDER_ASSETS"):
         folder = os.environ.get(var)
-        if folder and all((Path(folder) / b).is_file() for b in BINARIES):
+        if folder and all((Path(folder) / b).is_file() for b in binaries):
             return Path(folder)
     root = repo_root or Path(__file__).resolve().parents[2]
-    return built_folder(root / "hack" / "controlplane" / "build.sh", build)
+    return built_folder(root / "hack" / "controlplane" / "build.sh", build, build_args)
 
 
-def built_folder(script: Path, build: bool) -> Path | None:
+def built_folder(script: Path, build: bool, args: Sequence[str] = ()) -> Path | None:
     """The folder a hack/*/build.sh prints last: cached, or built first when `build` is true.
 
     Without `build` (or without Go) nothing is built: the script only reports a finished build.
@@ -75,8 +81,8 @@ def built_folder(script: Path, build: bool) -> Path | None:
     if not build:
         env["CONFIGMIRROR_FIND_ONLY"] = "1"
     # A cold build takes minutes (kube-apiserver the most); finding a cached one, a moment.
-    done = subprocess.run([str(script)], capture_output=True, text=True, env=env, check=False,
-                          timeout=BUILD_TIMEOUT if build else 60)
+    done = subprocess.run([str(script), *args], capture_output=True, text=True, env=env,
+                          check=False, timeout=BUILD_TIMEOUT if build else 60)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return None
@@ -122,10 +128,20 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = STOP_TIMEOUT) -> 
 
 class ControlPlane:
     """etcd + kube-apiserver on free ports (loopback unless `address`), with an admin
-    kubeconfig."""
+    kubeconfig.
+
+    With no controller-manager, ServiceAccount admission is off (nothing would create the
+    accounts it requires); `service_account_admission` turns it on for a cluster that has one.
+    `users` adds token identities (name -> groups; `user_kubeconfig` writes their kubeconfigs),
+    `authorization` replaces "RBAC" (a kubelet needs "Node,RBAC"), and `parent` is where the
+    control plane's temporary folder goes.
+    """
 
     def __init__(self, assets: Path, watch_cache: bool = True,
-                 extra_apiserver_flags: Sequence[str] = (), address: str = "127.0.0.1") -> None:
+                 extra_apiserver_flags: Sequence[str] = (), address: str = "127.0.0.1",
+                 service_account_admission: bool = False, authorization: str = "RBAC",
+                 users: Mapping[str, Sequence[str]] | None = None,
+                 parent: Path | None = None) -> None:
         missing = [b for b in BINARIES if not (assets / b).is_file()]
         if missing:
             raise ControlPlaneError(f"control-plane folder {assets} lacks {', '.join(missing)}")
@@ -133,10 +149,15 @@ class ControlPlane:
         self.watch_cache = watch_cache
         self.extra_apiserver_flags = list(extra_apiserver_flags)
         self.address = address
+        self.service_account_admission = service_account_admission
+        self.authorization = authorization
+        self.users = {name: list(groups) for name, groups in (users or {}).items()}
+        self.parent = parent
         self.dir = Path()
         self.etcd_port = 0
         self.apiserver_port = 0
         self.token = ""
+        self.tokens: dict[str, str] = {}
         self._etcd: subprocess.Popen[bytes] | None = None
         self._apiserver: subprocess.Popen[bytes] | None = None
 
@@ -152,7 +173,7 @@ class ControlPlane:
 
     def start(self) -> None:
         """Start etcd and kube-apiserver and wait until the apiserver is ready."""
-        self.dir = Path(tempfile.mkdtemp(prefix="configmirror-controlplane-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="configmirror-controlplane-", dir=self.parent))
         try:
             self._write_credentials()
             self._start_etcd()
@@ -214,6 +235,14 @@ class ControlPlane:
     @property
     def etcd_endpoint(self) -> str:
         return f"http://127.0.0.1:{self.etcd_port}"
+
+    def user_kubeconfig(self, user: str) -> Path:
+        """A kubeconfig of one of `users` (written on first use into this control plane's
+        folder)."""
+        path = self.dir / f"kubeconfig-{user.replace(':', '-')}"
+        if not path.exists():
+            path.write_text(json.dumps(self._kubeconfig_doc(self.tokens[user])))
+        return path
 
     def kubectl(self, *args: str, kubeconfig: Path | None = None, check: bool = True,
                 input: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -281,7 +310,12 @@ class ControlPlane:
         subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True,
                        capture_output=True, timeout=60)
         self.token = secrets.token_hex(16)
-        (self.dir / "tokens.csv").write_text(f'{self.token},admin,admin-uid,"system:masters"\n')
+        lines = [f'{self.token},admin,admin-uid,"system:masters"']
+        for user, groups in self.users.items():
+            self.tokens[user] = secrets.token_hex(16)
+            line = f"{self.tokens[user]},{user},{user}-uid"
+            lines.append(line + (f',"{",".join(groups)}"' if groups else ""))
+        (self.dir / "tokens.csv").write_text("\n".join(lines) + "\n")
 
     def _start_etcd(self) -> None:
         self.etcd_port = free_port()
@@ -307,8 +341,7 @@ class ControlPlane:
             f"--bind-address={self.address}", f"--advertise-address={self.address}",
             f"--secure-port={self.apiserver_port}",
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
-            "--authorization-mode=RBAC",
-            "--disable-admission-plugins=ServiceAccount",
+            f"--authorization-mode={self.authorization}",
             f"--token-auth-file={self.dir / 'tokens.csv'}",
             f"--service-account-issuer={self.server}/",
             f"--service-account-key-file={self.dir / 'pki' / 'sa.key'}",
@@ -318,6 +351,8 @@ class ControlPlane:
             "--audit-log-maxsize=0",
             "--v=0",
         ]
+        if not self.service_account_admission:
+            flags.append("--disable-admission-plugins=ServiceAccount")
         if not self.watch_cache:
             flags += ["--watch-cache=false", "--etcd-compaction-interval=0"]
         self._apiserver = spawn([str(self.assets / "kube-apiserver"), *flags,

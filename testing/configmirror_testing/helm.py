@@ -12,7 +12,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from configmirror_testing.controlplane import built_folder
+from configmirror_testing.controlplane import ControlPlane, built_folder
 
 TIMEOUT = 120.0
 
@@ -62,3 +62,21 @@ class Helm:
 
     def version(self) -> str:
         return self("version", "--short").stdout.strip()
+
+
+def release_objects(plane: ControlPlane, release: str) -> set[str]:
+    """Every object labelled with Helm release `release`, cluster-scoped or not."""
+    done = plane.kubectl(
+        "get", "--all-namespaces", "-o", "name",
+        "-l", f"app.kubernetes.io/instance={release}",
+        "clusterroles,clusterrolebindings,serviceaccounts,roles,rolebindings,"
+        "deployments,poddisruptionbudgets,services")
+    return set(done.stdout.split())
+
+
+def cluster_scoped_objects(plane: ControlPlane) -> set[str]:
+    """The name of every object of every listable cluster-scoped kind (what an uninstall
+    must leave as it found it)."""
+    kinds = plane.kubectl("api-resources", "--namespaced=false", "--verbs=list",
+                          "-o", "name").stdout.split()
+    return set(plane.kubectl("get", ",".join(kinds), "-o", "name").stdout.split())

@@ -1,4 +1,6 @@
-"""End-to-end fixtures: operators started (and stopped) for one test, and small readers.
+"""End-to-end fixtures: operators started (and stopped) for one test, small readers, and what
+several modules share: the image built from this tree, helm, the node cluster, and a test
+module run in a pytest of its own.
 
 The operator process itself is `configmirror_testing.operator.OperatorProcess`, the one
 launcher the tests, the benchmarks and `make demo` share. Operators run with default flags
@@ -8,6 +10,9 @@ unless a test passes its own.
 from __future__ import annotations
 
 import os
+import secrets
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,20 +20,26 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from configmirror_testing.helm import Helm, find_helm
+from configmirror_testing.node import NodeCluster
 from configmirror_testing.objects import configmap
 from configmirror_testing.operator import OperatorProcess
+from configmirror_testing.pod import build_image, remove_image
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, unique_name
+from tests.conftest import REPO, Cluster, require_docker, require_node, unique_name
 
 __all__ = ["IN_CLUSTER", "Operator", "Operators", "configmap", "events", "read", "requests_into",
-           "restart_writes_nothing", "restricted_operator_identity"]
+           "restart_writes_nothing", "restricted_operator_identity", "run_test_module",
+           "wait_replica"]
 
 Operator = OperatorProcess
 IN_CLUSTER = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
 
 
 class InClusterOperator:
-    """The operator `make kind-test` deployed: running already, not ours to start or stop."""
+    """The operator `make kind-test` or `make cluster-test` deployed: running already, not
+    ours to start or stop. Tests that need more are marked `operator_process` and deselected;
+    one that is not marked skips here (and the cluster tests count that as a failure)."""
 
     @staticmethod
     def _local_only(what: str) -> Any:
@@ -121,6 +132,16 @@ def read(cluster: Cluster, namespace: str, name: str) -> client.V1ConfigMap | No
         raise
 
 
+def wait_replica(cluster: Cluster, namespace: str, data: dict[str, str] | None = None,
+                 name: str = "cfg", timeout: float = 10) -> client.V1ConfigMap:
+    def check() -> client.V1ConfigMap | None:
+        cm = read(cluster, namespace, name)
+        if cm is None or (data is not None and (cm.data or {}) != data):
+            return None
+        return cm
+    return wait_for(check, timeout=timeout, what=f"replica {namespace}/{name} with {data}")
+
+
 def events(cluster: Cluster, namespace: str, name: str, reason: str | None = None
            ) -> list[client.CoreV1Event]:
     found = cluster.core.list_namespaced_event(
@@ -161,3 +182,69 @@ def requests_into(cluster: Cluster, user: str, namespace: str) -> list[dict[str,
     return [e for e in cluster.audit(user)
             if (e.get("objectRef") or {}).get("namespace") == namespace
             and (e.get("objectRef") or {}).get("resource") == "configmaps"]
+
+
+# -- shared by several modules ------------------------------------------------------------------
+
+NO_HELM = "no helm: run `make helm` (needs Go 1.26+); hack/helm/build.sh builds it once"
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The image as `make image` builds it from this tree (or CONFIGMIRROR_E2E_IMAGE's)."""
+    require_docker()
+    given = os.environ.get("CONFIGMIRROR_E2E_IMAGE")
+    if given:
+        yield given
+        return
+    tag = f"configmirror-e2e:{secrets.token_hex(4)}"
+    build_image(REPO, tag, tmp_path_factory.mktemp("image") / "build.log")
+    try:
+        yield tag
+    finally:
+        remove_image(tag)
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm built by hack/helm/build.sh, with its homes in a temp folder."""
+    ci = os.environ.get("CI") == "true"
+    binary = find_helm(REPO, build=ci)
+    if binary is None:
+        if ci:
+            pytest.fail(NO_HELM, pytrace=False)
+        pytest.skip(NO_HELM)
+    return Helm(binary, tmp_path_factory.mktemp("helm-home"))
+
+
+@pytest.fixture(scope="module")
+def node_cluster(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A real single-node cluster (configmirror_testing.node) holding the image, for one
+    module (one node cluster per machine: a module may also start its own); its components'
+    and pods' logs are kept in the session's temp folder."""
+    assets = require_node()
+    logs = tmp_path_factory.mktemp("node-logs")
+    node = NodeCluster(assets, logs_to=logs)
+    node.start()
+    try:
+        node.load_docker_image(image)
+        yield Cluster(node.kubeconfig, node.control_plane, node)
+    finally:
+        node.stop()
+        print(f"node cluster logs: {logs}")
+
+
+def run_test_module(module: Path, env: dict[str, str], timeout: float = 1200) -> str:
+    """Run a test module in a pytest of its own (with `env` added); assert that every test
+    passed and none failed, errored or skipped; return pytest's summary line."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(module)],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, **env}, cwd=REPO,
+        check=False)
+    tail = done.stdout[-3000:]
+    assert done.returncode == 0, tail
+    summary = tail.strip().splitlines()[-1]
+    assert " passed" in summary, tail
+    for bad in ("failed", "error", "skipped"):
+        assert bad not in summary, tail
+    return summary

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,13 +18,13 @@ import yaml
 from kubernetes import client, config
 
 from configmirror import __version__
-from configmirror_testing.helm import Helm, find_helm
+from configmirror_testing.helm import Helm, release_objects
+from configmirror_testing.helm import cluster_scoped_objects as all_cluster_scoped
 from configmirror_testing.wait import WaitTimeout, wait_for
 from tests.conftest import REPO, Cluster, Namespaces, unique_name
 
 pytestmark = pytest.mark.controlplane
 CHART = REPO / "charts" / "configmirror"
-NO_HELM = "no helm: run `make helm` (needs Go 1.26+); hack/helm/build.sh builds it once"
 # Labels Helm charts carry and kustomize's deploy/ does not; the rest must be equal.
 HELM_OWN_LABELS = ("helm.sh/chart", "app.kubernetes.io/instance",
                    "app.kubernetes.io/managed-by", "app.kubernetes.io/version")
@@ -61,18 +60,6 @@ SERVICE_MONITOR = {"metrics": {"serviceMonitor": {"enabled": True, "interval": "
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    """helm built by hack/helm/build.sh, with its homes in a temp folder."""
-    ci = os.environ.get("CI") == "true"
-    binary = find_helm(REPO, build=ci)
-    if binary is None:
-        if ci:
-            pytest.fail(NO_HELM, pytrace=False)
-        pytest.skip(NO_HELM)
-    return Helm(binary, tmp_path_factory.mktemp("helm-home"))
-
 
 def values_file(values: dict[str, Any], folder: Path) -> list[str]:
     """`-f file` arguments carrying `values` (none for no values)."""
@@ -336,21 +323,11 @@ def test_install_with_a_bad_value_fails_before_creating_anything(
 
 
 def helm_objects(cluster: Cluster, release: str) -> set[str]:
-    """Every object labelled with Helm release `release`, cluster-scoped or not."""
-    done = cluster.require_plane().kubectl(
-        "get", "--all-namespaces", "-o", "name",
-        "-l", f"app.kubernetes.io/instance={release}",
-        "clusterroles,clusterrolebindings,serviceaccounts,roles,rolebindings,"
-        "deployments,poddisruptionbudgets,services")
-    return set(done.stdout.split())
+    return release_objects(cluster.require_plane(), release)
 
 
 def cluster_scoped_objects(cluster: Cluster) -> set[str]:
-    """The name of every object of every listable cluster-scoped kind."""
-    plane = cluster.require_plane()
-    kinds = plane.kubectl("api-resources", "--namespaced=false", "--verbs=list",
-                          "-o", "name").stdout.split()
-    return set(plane.kubectl("get", ",".join(kinds), "-o", "name").stdout.split())
+    return all_cluster_scoped(cluster.require_plane())
 
 
 def test_install_then_uninstall_leaves_no_cluster_scoped_objects(

@@ -3,9 +3,6 @@ two operators with leader election."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +10,7 @@ import pytest
 from configmirror.spec import REPLICATE_TO
 from configmirror_testing.wait import wait_for
 from tests.conftest import REPO, Cluster, Namespaces
-from tests.e2e.conftest import Operators, configmap, read
+from tests.e2e.conftest import Operators, configmap, read, run_test_module
 
 pytestmark = pytest.mark.controlplane
 SA = "system:serviceaccount:configmirror:configmirror"
@@ -80,15 +77,9 @@ def test_service_account_may_do_exactly_what_configmirror_does(
 def test_replication_suite_passes_with_only_the_service_account_token(
         deployed: Cluster, sa_kubeconfig: Path) -> None:
     """The whole replication end-to-end module, with the operator using deploy/'s RBAC."""
-    env = {**os.environ, "CONFIGMIRROR_E2E_KUBECONFIG": str(deployed.kubeconfig),
-           "CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG": str(sa_kubeconfig)}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(REPO / "tests" / "e2e" / "test_replication.py")],
-        capture_output=True, text=True, timeout=900, env=env, cwd=REPO, check=False)
-    tail = done.stdout[-3000:]
-    assert done.returncode == 0, tail
-    assert " passed" in tail and "skipped" not in tail and "failed" not in tail, tail
+    run_test_module(REPO / "tests" / "e2e" / "test_replication.py", {
+        "CONFIGMIRROR_E2E_KUBECONFIG": str(deployed.kubeconfig),
+        "CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG": str(sa_kubeconfig)}, timeout=900)
 
 
 def test_two_operators_one_writes_and_the_other_takes_over(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -80,12 +79,15 @@ def test_sigterm_mid_convergence_finishes_in_flight_writes_starts_no_more_and_ex
     operator = operators("--kube-api-qps", "10", "--kube-api-burst", "1", wait=False)
     wait_for(lambda: any(read(cluster, ns, "cfg") for ns in targets), timeout=30,
              interval=0.01, what="the convergence to be under way")
-    stopped = time.monotonic()
+    pending = operator.scrape()
+    assert pending.value("configmirror_work_pending", state="in_flight") >= 1 and \
+        pending.value("configmirror_work_pending", state="queued") >= 1, \
+        "the SIGTERM must land while reconciles are in flight and more are queued"
     assert operator.stop(timeout=30) == 0
-    took = time.monotonic() - stopped
     present = [ns for ns in targets if read(cluster, ns, "cfg") is not None]
+    # Had it started the queued keys, it would have either written all 150 within the drain
+    # (25 s; they need 15) or run out of it: both are caught here, however slow the machine.
     assert 0 < len(present) < len(targets), "the SIGTERM must land mid-way"
-    assert took < 10, f"stopping took {took:.1f} s: queued keys must not be started"
     log = operator.log()
     assert "draining in-flight work" in log and "drain timed out" not in log
     assert writes_by_operator(cluster, namespaces=targets) == len(present), \
@@ -97,13 +99,15 @@ def test_sigterm_mid_convergence_finishes_in_flight_writes_starts_no_more_and_ex
 
 def test_plan_prints_the_plan_exits_2_then_0_once_synced(
         cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
-    src, a, stale = namespaces(), namespaces(), namespaces()
+    src, a, untargeted = namespaces(), namespaces(), namespaces()
     cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: a}))
     before = plan(cluster, "--namespace", src)
     assert before.returncode == 2, before.stderr
     assert f"create   {a}/cfg  (missing)" in before.stdout
+    assert untargeted not in before.stdout, "a namespace the source does not want is not listed"
     as_json = json.loads(plan(cluster, "--namespace", src, "--output", "json").stdout)
     assert as_json["in_sync"] is False
+    assert as_json["plans"][0]["targets"] == [a]
     assert as_json["plans"][0]["actions"] == [
         {"action": "create", "namespace": a, "name": "cfg", "why": "missing"}]
     assert read(cluster, a, "cfg") is None, "plan must change nothing"
@@ -112,7 +116,6 @@ def test_plan_prints_the_plan_exits_2_then_0_once_synced(
     after = plan(cluster, "--namespace", src)
     assert after.returncode == 0, after.stdout
     assert f"{src}/cfg: in sync, 1 target namespace(s)" in after.stdout
-    assert stale  # (an untargeted namespace is simply not listed)
 
 
 def test_plan_reports_conflicts_and_invalid_specs(cluster: Cluster,

@@ -30,10 +30,8 @@ from configmirror_testing.pod import (
     Pod,
     PodTemplate,
     ServiceAccountVolume,
-    build_image,
     docker,
     memory_bytes,
-    remove_image,
 )
 from configmirror_testing.wait import wait_for
 from tests.conftest import REPO, Cluster, Namespaces, require_docker, start_plane
@@ -42,22 +40,6 @@ from tests.e2e.conftest import read
 # The first test's setup may build the image from nothing (a base from Debian's packages,
 # then the wheels): minutes, which the default per-test timeout does not cover.
 pytestmark = [pytest.mark.controlplane, pytest.mark.docker, pytest.mark.timeout(1200)]
-
-
-@pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The image as `make image` builds it from this tree (or CONFIGMIRROR_E2E_IMAGE's)."""
-    require_docker()
-    given = os.environ.get("CONFIGMIRROR_E2E_IMAGE")
-    if given:
-        yield given
-        return
-    tag = f"configmirror-e2e:{secrets.token_hex(4)}"
-    build_image(REPO, tag, tmp_path_factory.mktemp("image") / "build.log")
-    try:
-        yield tag
-    finally:
-        remove_image(tag)
 
 
 @pytest.fixture(scope="module")

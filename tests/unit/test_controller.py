@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Hashable
 
 import pytest
 from pytest_mock import MockerFixture
 
+from configmirror.clock import FakeClock
 from configmirror.controller import Controller, ServerBackoff
 from configmirror.events import EventRecorder, ObjectRef
 from configmirror.metrics import Metrics
@@ -66,8 +68,9 @@ SOURCE = ObjectRef("ns", "src", "uid-1", "7")
 
 def test_always_conflicting_key_is_attempted_max_retries_times_then_reported(
         mocker: MockerFixture) -> None:
+    clock = FakeClock()
     limiter = RecordingLimiter()
-    queue: WorkQueue[str] = WorkQueue(max_retries=5, rate_limiter=limiter)
+    queue: WorkQueue[str] = WorkQueue(max_retries=5, rate_limiter=limiter, clock=clock)
     attempts: list[str] = []
     metrics = Metrics()
     recorder = mocker.create_autospec(EventRecorder, instance=True)
@@ -77,27 +80,37 @@ def test_always_conflicting_key_is_attempted_max_retries_times_then_reported(
         raise RetryableError("409 Conflict", SOURCE)
 
     controller = Controller("test", queue, reconcile, workers=2, metrics=metrics,
-                            recorder=recorder)
+                            recorder=recorder, clock=clock)
     controller.start()
     try:
         queue.add("ns/broken")
+        for attempt in range(1, 5):
+            # Each retry waits for its backoff: both workers sleep until it is due.
+            wait_for(lambda attempt=attempt: len(attempts) == attempt
+                     and queue.counts() == (0, 0, 1)
+                     and clock.wake_times() == [clock.now() + limiter.delays[-1]] * 2,
+                     what=f"attempt {attempt} to back off")
+            clock.step(limiter.delays[-1])
         wait_for(lambda: recorder.warning.called, what="the give-up")
+        wait_for(lambda: queue.counts() == (0, 0, 0), what="the key to be let go")
     finally:
         controller.stop(drain_timeout=5)
     assert attempts == ["ns/broken"] * 5
-    assert limiter.delays == sorted(limiter.delays) and len(set(limiter.delays)) == 4
+    assert limiter.delays == pytest.approx([0.001, 0.002, 0.004, 0.008])
     recorder.warning.assert_called_once_with(
         SOURCE, "ReplicationFailed", "giving up until the next change or resync: 409 Conflict")
     assert queue.num_requeues("ns/broken") == 0, "given-up keys are forgotten"
+    assert limiter.num_requeues("ns/broken") == 0, "and so is their backoff"
     assert sample(metrics, "configmirror_reconcile_given_up_total") == 1
     assert sample(metrics, "controller_runtime_reconcile_total", result="error") == 5
     assert sample(metrics, "controller_runtime_reconcile_panics_total") == 0
 
 
-def test_an_exception_does_not_kill_the_pool() -> None:
+def test_an_exception_does_not_kill_the_pool(mocker: MockerFixture) -> None:
     queue: WorkQueue[str] = WorkQueue(max_retries=1)
     done: list[str] = []
     metrics = Metrics()
+    recorder = mocker.create_autospec(EventRecorder, instance=True)
 
     def reconcile(key: str) -> Result:
         if key.startswith("bug"):
@@ -105,7 +118,8 @@ def test_an_exception_does_not_kill_the_pool() -> None:
         done.append(key)
         return Result()
 
-    controller = Controller("test", queue, reconcile, workers=2, metrics=metrics)
+    controller = Controller("test", queue, reconcile, workers=2, metrics=metrics,
+                            recorder=recorder)
     controller.start()
     try:
         for i in range(10):
@@ -117,6 +131,9 @@ def test_an_exception_does_not_kill_the_pool() -> None:
     finally:
         controller.stop(drain_timeout=5)
     assert sample(metrics, "controller_runtime_reconcile_panics_total") == 10
+    assert sample(metrics, "controller_runtime_reconcile_errors_total") == 10
+    assert not recorder.warning.called, "a bug names no object to tell about it"
+    assert sample(metrics, "controller_runtime_reconcile_total", result="error") == 10
 
 
 def test_terminal_error_is_not_retried_and_its_failures_are_forgotten() -> None:
@@ -144,7 +161,9 @@ def test_terminal_error_is_not_retried_and_its_failures_are_forgotten() -> None:
 
 
 def test_success_forgets_earlier_failures() -> None:
-    queue: WorkQueue[str] = WorkQueue(max_retries=3)
+    clock = FakeClock()
+    limiter = RecordingLimiter()
+    queue: WorkQueue[str] = WorkQueue(max_retries=3, rate_limiter=limiter, clock=clock)
     attempts: list[str] = []
 
     def reconcile(key: str) -> Result:
@@ -153,16 +172,30 @@ def test_success_forgets_earlier_failures() -> None:
             raise RetryableError("conflict")
         return Result()
 
-    controller = Controller("test", queue, reconcile, workers=1)
+    def retried(count: int) -> None:
+        wait_for(lambda: len(attempts) == count and queue.counts() == (0, 0, 1)
+                 and clock.wake_times() == [clock.now() + limiter.delays[-1]],
+                 what=f"attempt {count} to back off")
+        clock.step(limiter.delays[-1])
+
+    controller = Controller("test", queue, reconcile, workers=1, clock=clock)
     controller.start()
     try:
         queue.add("k")
-        wait_for(lambda: len(attempts) == 3, what="the success")
+        retried(1)
+        retried(2)
+        wait_for(lambda: len(attempts) == 3 and queue.counts() == (0, 0, 0),
+                 what="the success")
+        assert queue.num_requeues("k") == 0
         queue.add("k")  # fails twice more: had the success not forgotten, it would give up
-        wait_for(lambda: len(attempts) == 6, what="three more attempts")
+        retried(4)
+        retried(5)
+        wait_for(lambda: len(attempts) == 6, what="the third attempt of the second change")
     finally:
         controller.stop(drain_timeout=5)
     assert attempts == ["k"] * 6
+    # Forgotten by the limiter too: the second change's backoff starts again from the base.
+    assert limiter.delays == pytest.approx([0.001, 0.002, 0.001, 0.002])
 
 
 def test_follow_up_keys_are_queued_and_changes_are_counted_per_worker() -> None:
@@ -193,8 +226,29 @@ class FixedBackoff(ServerBackoff):
         super().__init__(delay, delay)
 
 
+class FixedRandom(random.Random):
+    """A random source that always says `value`."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+def test_server_backoff_doubles_from_a_quarter_second_to_30_s_jittered_by_a_tenth() -> None:
+    backoff = ServerBackoff(rng=FixedRandom(0.5))
+    bases = [0.25, 0.5, 1, 2, 4, 8, 16, 30, 30]
+    assert [backoff.next() for _ in bases] == pytest.approx(
+        [min(base * 1.05, 30.0) for base in bases])
+    backoff.reset()
+    assert backoff.next() == pytest.approx(0.25 * 1.05)
+
+
 def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> None:
-    queue: WorkQueue[str] = WorkQueue(max_retries=2)
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(max_retries=2, clock=clock)
     attempts: list[str] = []
     written: list[str] = []
     down = threading.Event()
@@ -207,18 +261,29 @@ def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> N
         written.append(key)
         return Result(changed=True)
 
-    controller = Controller("test", queue, reconcile, workers=2,
-                            server_backoff=FixedBackoff(0.02))
+    metrics = Metrics()
+    controller = Controller("test", queue, reconcile, workers=2, metrics=metrics, clock=clock,
+                            server_backoff=FixedBackoff(5.0))
     controller.start()
     try:
         for key in ("a", "b", "c"):
             queue.add(key)
-        wait_for(lambda: attempts.count("a") + attempts.count("b") + attempts.count("c") >= 12,
-                 what="the probe to retry many times past --max-retries")
-        assert controller.waiting_for_server() == 3
-        probes = {k for k in "abc" if attempts.count(k) > 2}
-        assert len(probes) == 1, f"one key probes, the others wait: {attempts}"
+        for probes in range(1, 6):  # the probe, five times: well past --max-retries (2)
+            wait_for(lambda probes=probes: len(attempts) == 2 + probes
+                     and controller.waiting_for_server() == 3
+                     and queue.counts() == (0, 0, 1)
+                     and clock.wake_times() == [clock.now() + 5.0] * 2,
+                     what=f"probe {probes} to wait for its backoff")
+            clock.step(5.0)
+        wait_for(lambda: len(attempts) == 8 and queue.counts() == (0, 0, 1),
+                 what="the sixth probe")
+        assert sorted(attempts.count(k) for k in "abc") == [1, 1, 6], \
+            f"one key probes, the others wait: {attempts}"
+        assert sample(metrics, "controller_runtime_reconcile_errors_total") == 8
+        assert sample(metrics, "controller_runtime_reconcile_total", result="error") == 8
+        assert sample(metrics, "configmirror_reconcile_given_up_total") == 0
         down.clear()
+        clock.step(5.0)
         wait_for(lambda: sorted(written) == ["a", "b", "c"],
                  what="every waiting key to be released once the probe gets through")
         assert controller.waiting_for_server() == 0
@@ -227,7 +292,9 @@ def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> N
 
 
 def test_server_answered_releases_waiting_keys_at_once() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+    # The queue's clock is never stepped: the probe never fires, only the answer can help.
+    # The controller keeps its own (real) clock: it only times the outage for the log.
+    queue: WorkQueue[str] = WorkQueue(clock=FakeClock())
     attempts: list[str] = []
     down = threading.Event()
     down.set()
@@ -239,7 +306,7 @@ def test_server_answered_releases_waiting_keys_at_once() -> None:
         return Result()
 
     controller = Controller("test", queue, reconcile, workers=1,
-                            server_backoff=FixedBackoff(3600))  # the probe never fires here
+                            server_backoff=FixedBackoff(30.0))
     controller.start()
     try:
         queue.add("a")
@@ -249,44 +316,285 @@ def test_server_answered_releases_waiting_keys_at_once() -> None:
         controller.server_answered()  # as an informer that reconnects says
         wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
                  what="both keys retried")
+        assert controller.waiting_for_server() == 0
     finally:
         controller.stop(drain_timeout=5)
 
 
-def test_requeue_after_adds_the_key_again_later() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+def test_a_probe_that_finds_nothing_to_write_releases_the_waiting_keys() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    attempts: list[str] = []
+    down = threading.Event()
+    down.set()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if down.is_set():
+            raise ServerUnavailable("connection refused")
+        return Result()  # in sync: nothing written, but the server answered
+
+    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
+                            server_backoff=FixedBackoff(5.0))
+    controller.start()
+    try:
+        queue.add("a")
+        queue.add("b")
+        wait_for(lambda: controller.waiting_for_server() == 2 and queue.counts() == (0, 0, 1)
+                 and clock.wake_times() == [clock.now() + 5.0],
+                 what="one key to probe, the other to wait")
+        down.clear()
+        clock.step(5.0)
+        wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
+                 what="the waiting key released by the probe's answer")
+        assert controller.waiting_for_server() == 0
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+@pytest.mark.parametrize("answer", ["a write", "a conflict", "forbidden"])
+def test_any_answer_from_the_server_releases_the_keys_waiting_for_it(answer: str) -> None:
+    clock = FakeClock()  # never stepped: the probe never fires, only the answer can help
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    attempts: list[str] = []
+    down = threading.Event()
+    down.set()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if key == "other":  # a key that reaches the server once it is back
+            if answer == "a conflict":
+                raise RetryableError("409 Conflict")
+            if answer == "forbidden":
+                raise TerminalError("403 Forbidden")
+            return Result(changed=True)
+        if down.is_set():
+            raise ServerUnavailable("connection refused")
+        return Result()
+
+    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
+                            server_backoff=FixedBackoff(30.0))
+    controller.start()
+    try:
+        queue.add("a")
+        wait_for(lambda: controller.waiting_for_server() == 1, what="the key to wait")
+        down.clear()
+        queue.add("other")
+        wait_for(lambda: attempts.count("a") == 2, what=f"{answer} to release the waiting key")
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_each_outage_probes_from_the_first_backoff_step_again() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    attempts: list[str] = []
+    down = threading.Event()
+    down.set()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if down.is_set():
+            raise ServerUnavailable("connection refused")
+        return Result(changed=True)
+
+    def probe_waits(attempt: int, delay: float) -> None:
+        wait_for(lambda: len(attempts) == attempt and queue.counts() == (0, 0, 1)
+                 and clock.wake_times() == [clock.now() + delay],
+                 what=f"probe {attempt} to wait {delay} s")
+
+    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
+                            server_backoff=ServerBackoff(0.5, 100.0, FixedRandom(0.0)))
+    controller.start()
+    try:
+        queue.add("a")
+        for attempt, delay in ((1, 0.5), (2, 1.0)):  # the first outage: backoff grows to 2 s
+            probe_waits(attempt, delay)
+            clock.step(delay)
+        probe_waits(3, 2.0)
+        down.clear()
+        clock.step(2.0)
+        wait_for(lambda: len(attempts) == 4 and queue.counts() == (0, 0, 0),
+                 what="the end of the first outage")
+        down.set()  # the second outage probes after 0.5 s again, not 4 s
+        queue.add("a")
+        probe_waits(5, 0.5)
+        down.clear()
+        clock.step(0.5)
+        wait_for(lambda: len(attempts) == 6, what="the second outage's first probe")
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_a_retry_after_from_the_server_is_honoured_over_a_shorter_backoff() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    attempts: list[str] = []
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if len(attempts) == 1:
+            raise ServerUnavailable("429 Too Many Requests", retry_after=7.0)
+        return Result()
+
+    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
+                            server_backoff=FixedBackoff(1.0))
+    controller.start()
+    try:
+        start = clock.now()
+        queue.add("a")
+        wait_for(lambda: len(attempts) == 1 and queue.counts() == (0, 0, 1)
+                 and clock.wake_times() == [start + 7.0],
+                 what="the worker to wait 7 s for the key's retry")
+        clock.step(7.0)
+        wait_for(lambda: len(attempts) == 2, what="the retry after 7 s")
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_requeue_after_adds_the_key_again_after_that_delay_and_not_before() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
     calls: list[str] = []
+    metrics = Metrics()
 
     def reconcile(key: str) -> Result:
         calls.append(key)
-        return Result(requeue_after=0.01) if len(calls) == 1 else Result()
+        return Result(requeue_after=0.5) if len(calls) == 1 else Result()
 
-    controller = Controller("test", queue, reconcile, workers=1)
+    controller = Controller("test", queue, reconcile, workers=1, metrics=metrics, clock=clock)
+    controller.start()
+    try:
+        start = clock.now()
+        queue.add("k")
+        wait_for(lambda: len(calls) == 1 and queue.counts() == (0, 0, 1)
+                 and clock.wake_times() == [start + 0.5],
+                 what="the worker to wait 0.5 s for the requeue")
+        clock.step(0.5)
+        wait_for(lambda: len(calls) == 2, what="the requeue, 0.5 s later")
+    finally:
+        controller.stop(drain_timeout=5)
+    assert queue.num_requeues("k") == 0, "a requeue is not a failure"
+    assert sample(metrics, "controller_runtime_reconcile_total", result="requeue_after") == 1
+    assert sample(metrics, "controller_runtime_reconcile_total", result="success") == 1
+
+
+def test_requeue_after_zero_is_a_plain_success() -> None:
+    queue: WorkQueue[str] = WorkQueue(clock=FakeClock())
+    calls: list[str] = []
+    metrics = Metrics()
+
+    def reconcile(key: str) -> Result:
+        calls.append(key)
+        return Result(requeue_after=0)
+
+    controller = Controller("test", queue, reconcile, workers=1, metrics=metrics)
     controller.start()
     try:
         queue.add("k")
-        wait_for(lambda: len(calls) == 2, what="the requeue")
+        wait_for(lambda: calls and queue.counts() == (0, 0, 0), what="the reconcile")
     finally:
         controller.stop(drain_timeout=5)
+    assert calls == ["k"]
+    assert sample(metrics, "controller_runtime_reconcile_total", result="success") == 1
+
+
+def test_active_workers_and_reconcile_time_are_reported() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    entered, release = threading.Event(), threading.Event()
+    metrics = Metrics()
+
+    def reconcile(key: str) -> Result:
+        entered.set()
+        release.wait(10)
+        return Result()
+
+    controller = Controller("test", queue, reconcile, workers=3, metrics=metrics)
+    assert sample(metrics, "controller_runtime_max_concurrent_reconciles") == 3
+    assert metrics.registry.get_sample_value(
+        "controller_runtime_active_workers", {"controller": "test"}) == 0, "a 0, not absent"
+    controller.start()
+    try:
+        queue.add("k")
+        assert entered.wait(5)
+        assert sample(metrics, "controller_runtime_active_workers") == 1
+        release.set()
+        wait_for(lambda: sample(metrics, "controller_runtime_reconcile_time_seconds_count") == 1
+                 and sample(metrics, "controller_runtime_active_workers") == 0,
+                 what="the reconcile to be timed and its worker to be free")
+    finally:
+        release.set()
+        controller.stop(drain_timeout=5)
+    # Not a figure: any real duration is below the test's own timeout (300 s).
+    assert 0 < sample(metrics, "controller_runtime_reconcile_time_seconds_sum") < 300
+
+
+def test_a_pool_needs_a_worker() -> None:
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        Controller("test", WorkQueue[str](), lambda key: Result(), workers=0)
 
 
 def test_stop_lets_a_slow_reconcile_finish() -> None:
     queue: WorkQueue[str] = WorkQueue()
-    entered, finished = threading.Event(), threading.Event()
+    entered, release = threading.Event(), threading.Event()
+    order: list[str] = []
 
     def reconcile(key: str) -> Result:
         entered.set()
-        threading.Event().wait(0.3)  # stands in for a slow API call
-        finished.set()
+        release.wait(10)  # stands in for a slow API call, which the test ends
+        order.append("reconcile finished")
         return Result()
 
     controller = Controller("test", queue, reconcile, workers=2)
     controller.start()
     queue.add("slow")
     assert entered.wait(5)
-    assert controller.stop(drain_timeout=10) is True
-    assert finished.is_set()
+    stopped: list[bool] = []
+
+    def stop() -> None:
+        stopped.append(controller.stop(drain_timeout=30))
+        order.append("stop returned")
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    try:
+        wait_for(lambda: queue.shutting_down, what="the stop to begin")
+        release.set()
+    finally:
+        release.set()
+        stopper.join(timeout=20)
+    assert not stopper.is_alive()
+    assert order == ["reconcile finished", "stop returned"] and stopped == [True]
     assert controller.alive_workers() == 0
+
+
+def test_stop_reports_work_that_outlives_the_drain_and_still_joins_its_worker(
+        caplog: pytest.LogCaptureFixture) -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    entered, release = threading.Event(), threading.Event()
+
+    def reconcile(key: str) -> Result:
+        entered.set()
+        release.wait(10)
+        return Result()
+
+    controller = Controller("test", queue, reconcile, workers=1)
+    controller.start()
+    queue.add("stuck")
+    assert entered.wait(5)
+    outcome: list[tuple[bool, int]] = []
+    stopper = threading.Thread(target=lambda: outcome.append(
+        (controller.stop(drain_timeout=0.2), controller.alive_workers())))
+    stopper.start()
+    try:
+        wait_for(lambda: "in-flight work did not finish within" in caplog.text,
+                 what="the drain to time out")
+        release.set()  # the reconcile ends while stop() waits (up to 1 s) to join its worker
+    finally:
+        release.set()
+        stopper.join(timeout=10)
+    assert not stopper.is_alive()
+    assert outcome == [(False, 0)], "not drained in time, and no worker left behind"
 
 
 def test_start_twice_is_an_error() -> None:
@@ -317,10 +625,15 @@ def test_stop_starts_no_queued_key_and_finishes_the_one_in_flight() -> None:
     assert entered.wait(5)
     for i in range(100):
         queue.add(f"queued-{i}")
-    stopper = threading.Thread(target=controller.stop, kwargs={"drain_timeout": 10})
+    stopped: list[bool] = []
+    stopper = threading.Thread(target=lambda: stopped.append(controller.stop(drain_timeout=10)))
     stopper.start()
-    while not queue.shutting_down:
-        threading.Event().wait(0.001)
-    release.set()
-    stopper.join(timeout=10)
+    try:
+        wait_for(lambda: queue.shutting_down, what="the stop to begin")
+    finally:
+        release.set()
+        stopper.join(timeout=20)
+    assert not stopper.is_alive()
     assert done == ["slow"], "a stopping controller must not start queued keys"
+    assert stopped == [True], "the keys it did not start are let go, not left in flight"
+    assert controller.alive_workers() == 0

@@ -261,6 +261,7 @@ def test_source_without_annotations_loses_all_replicas() -> None:
     unannotated = source({})
     p = plan(unannotated, ALL, [replica_of(src, "a")])
     assert kinds(p) == [("delete", "a")]
+    assert p.actions[0].why == "source no longer replicates"
 
 
 def test_replicas_in_terminating_namespaces_are_left_to_the_namespace_controller() -> None:
@@ -289,6 +290,7 @@ def test_two_sources_same_name_existing_replica_wins() -> None:
     p = plan(second, [ns("a"), ns("one"), ns("two")], [replica_of(first, "a")], key="two/cfg")
     assert p.actions == ()
     assert [(c.namespace, c.owner) for c in p.conflicts] == [("a", "one/cfg")]
+    assert p.conflicts[0].message == "a/cfg is already a replica of one/cfg; it is left as it is"
 
 
 def test_immutable_replica_that_must_change_is_recreated() -> None:
@@ -330,6 +332,11 @@ def test_replica_copies_content_and_marks_itself() -> None:
                               "app.kubernetes.io/managed-by": "configmirror"}
     assert set(meta["annotations"]) == {"team", REPLICA_OF, CONTENT_HASH}
     assert meta["annotations"][REPLICA_OF] == KEY
+
+
+def test_only_a_source_has_a_replica_body() -> None:
+    with pytest.raises(ValueError, match="a/cfg is not a source"):
+        desired_body(plain("a"), "b")
 
 
 def test_cache_keeps_source_content_but_only_a_hash_of_replicas() -> None:

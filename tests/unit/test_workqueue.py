@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -96,7 +95,8 @@ def test_max_retries_must_be_positive() -> None:
 
 @pytest.mark.parametrize("drain", [False, True])
 def test_basic_many_producers_and_consumers(drain: bool) -> None:
-    """TestBasic: 50 producers, 10 consumers; adds after shutdown never come out."""
+    """TestBasic: 50 producers, 10 consumers; every item is consumed once, adds after
+    shutdown never come out, and the queue ends empty."""
     wq: WorkQueue[int] = WorkQueue()
     producers = [
         threading.Thread(target=lambda i=i: [wq.add(i * 50 + j) for j in range(50)])
@@ -118,13 +118,14 @@ def test_basic_many_producers_and_consumers(drain: bool) -> None:
     for t in producers + consumers:
         t.start()
     for t in producers:
-        t.join()
+        t.join(timeout=10)
+        assert not t.is_alive()
     wq.shutdown_with_drain(timeout=10) if drain else wq.shutdown()
     wq.add(-1)
     for t in consumers:
         t.join(timeout=10)
         assert not t.is_alive()
-    assert -1 not in seen
+    assert sorted(seen) == list(range(50 * 50)), "every item consumed, each once"
     assert len(wq) == 0
 
 
@@ -177,28 +178,30 @@ def test_collapse_while_processing_redelivers_only_after_done() -> None:
 
 
 def test_shutdown_with_drain_waits_for_in_flight_items() -> None:
-    """TestQueueDrainageUsingShutDownWithDrain."""
+    """TestQueueDrainageUsingShutDownWithDrain: it returns once both are done, not before."""
     wq: WorkQueue[str] = WorkQueue()
     wq.add("foo")
     wq.add("bar")
     foo, bar = wq.get(), wq.get()
-    returned = threading.Event()
-    result: list[bool] = []
-
-    def drain() -> None:
-        result.append(wq.shutdown_with_drain())
-        returned.set()
-
-    t = threading.Thread(target=drain)
-    t.start()
-    assert not returned.wait(0.05), "drain returned with items still in flight"
     assert foo is not None and bar is not None
-    wq.done(foo)
-    assert not returned.wait(0.05)
-    wq.done(bar)
-    assert returned.wait(5)
-    t.join()
-    assert result == [True]
+    finished: list[str] = []
+
+    def finish() -> None:  # the workers: they finish once the drain has begun
+        wait_for(lambda: wq.shutting_down, what="the drain to begin")
+        for item in (foo, bar):
+            finished.append(item)
+            wq.done(item)
+
+    worker = threading.Thread(target=finish)
+    worker.start()
+    try:
+        assert wq.shutdown_with_drain(timeout=30) is True
+        in_flight_when_drained = wq.in_flight()
+        assert finished == ["foo", "bar"] and in_flight_when_drained == 0, \
+            "the drain returned with items still in flight"
+    finally:
+        worker.join(timeout=10)
+    assert not worker.is_alive()
 
 
 def test_a_drain_ends_when_the_last_in_flight_item_is_done_even_if_it_was_dirty() -> None:
@@ -209,14 +212,16 @@ def test_a_drain_ends_when_the_last_in_flight_item_is_done_even_if_it_was_dirty(
     assert foo is not None
     wq.add("foo")  # an event for it while it is processed: dirty
     result: list[bool] = []
-    t = threading.Thread(target=lambda: result.append(wq.shutdown_with_drain(timeout=30)))
+    t = threading.Thread(target=lambda: result.append(wq.shutdown_with_drain(timeout=60)))
     t.start()
-    wait_for(lambda: wq.shutting_down, what="the drain to begin")
-    started = time.monotonic()
-    wq.done(foo)
-    t.join(timeout=10)
-    assert not t.is_alive() and result == [True]
-    assert time.monotonic() - started < 5, "the drain waited for its timeout"
+    try:
+        wait_for(lambda: wq.shutting_down, what="the drain to begin")
+        wq.done(foo)
+        t.join(timeout=10)  # well inside the drain's own 60 s timeout
+        assert not t.is_alive() and result == [True], "the drain waited for its timeout"
+    finally:
+        wq.shutdown()  # releases a drain that is still waiting
+        t.join(timeout=10)
     assert len(wq) == 1, "the dirty item is queued, not lost"
 
 
@@ -238,8 +243,7 @@ def test_shutdown_releases_a_drain_waiter() -> None:
     result: list[bool] = []
     t = threading.Thread(target=lambda: result.append(wq.shutdown_with_drain()))
     t.start()
-    while not wq.shutting_down:
-        pass
+    wait_for(lambda: wq.shutting_down, what="the drain to begin")
     wq.shutdown()
     t.join(timeout=5)
     assert not t.is_alive()
@@ -271,7 +275,7 @@ def test_add_after_shutdown_is_a_no_op() -> None:
     wq.shutdown()
     wq.add("foo")
     wq.add_after("bar", 1)
-    assert len(wq) == 0
+    assert wq.counts() == (0, 0, 0), "nothing queued, and nothing delayed either"
 
 
 def test_blocking_get_is_woken_by_add() -> None:
@@ -281,12 +285,47 @@ def test_blocking_get_is_woken_by_add() -> None:
     t.start()
     wq.add("x")
     t.join(timeout=5)
-    assert got == ["x"]
+    assert not t.is_alive() and got == ["x"]
+
+
+def test_done_wakes_a_blocked_get_for_the_dirty_item_it_requeues() -> None:
+    """A second worker waits while the only key is in flight; the key's event arrived
+    meanwhile, so done() queues it again, and must wake that worker to take it."""
+    wq: WorkQueue[str] = WorkQueue()
+    wq.add("a")
+    assert wq.get() == "a"
+    wq.add("a")  # dirty while in flight: not queued, so it wakes nobody
+    got: list[str | None] = []
+    t = threading.Thread(target=lambda: got.append(wq.get(timeout=None)))
+    t.start()
+    try:
+        wait_for(lambda: wq._getters == 1, what="the second worker to block in get()")
+        wq.done("a")
+        t.join(timeout=5)
+        assert not t.is_alive() and got == ["a"], "the requeued item woke no one"
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
 
 
 def test_get_with_timeout_returns_none_when_nothing_arrives() -> None:
     wq: WorkQueue[str] = WorkQueue()
     assert wq.get(timeout=0.01) is None
+
+
+def test_get_with_a_timeout_returns_an_item_that_arrives_within_it() -> None:
+    wq: WorkQueue[str] = WorkQueue()
+    got: list[str | None] = []
+    t = threading.Thread(target=lambda: got.append(wq.get(timeout=0.5)))
+    t.start()
+    try:
+        wait_for(lambda: wq._getters == 1, what="the getter to block")
+        wq.add("x")
+        t.join(timeout=5)
+        assert not t.is_alive() and got == ["x"]
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
 
 
 def test_get_with_timeout_and_fake_clock_still_times_out_in_real_time() -> None:
@@ -312,6 +351,14 @@ def test_processed_items_are_released() -> None:
 
 
 # --- ports of client-go delaying_queue_test.go (fake clock, no sleeps) ------------------------
+
+
+def blocked_get(wq: WorkQueue[str]) -> tuple[threading.Thread, list[str | None]]:
+    """A getter blocked in get(timeout=None), as a worker is, and what it got."""
+    got: list[str | None] = []
+    t = threading.Thread(target=lambda: got.append(wq.get(timeout=None)))
+    t.start()
+    return t, got
 
 
 def test_delayed_item_is_absent_before_its_delay_and_present_after() -> None:
@@ -363,16 +410,82 @@ def test_delayed_items_fire_in_ready_order() -> None:
     assert wq.get() == "foo"
 
 
-def test_add_after_with_zero_delay_adds_at_once() -> None:
+@pytest.mark.parametrize("delay", [0, -1])
+def test_add_after_with_no_delay_adds_at_once(delay: float) -> None:
     wq: WorkQueue[str] = WorkQueue(clock=FakeClock())
-    wq.add_after("foo", 0)
+    wq.add_after("foo", delay)
+    assert wq.counts() == (1, 0, 0), "queued, not delayed"
     assert wq.get() == "foo"
 
 
-def test_blocking_get_wakes_for_a_delayed_item_in_real_time() -> None:
+def test_a_get_without_timeout_wakes_for_a_delayed_item_on_the_real_clock() -> None:
+    """The real clock turns the item's time into the wait's timeout: nothing notifies."""
     wq: WorkQueue[str] = WorkQueue()
     wq.add_after("soon", 0.02)
-    assert wq.get(timeout=5) == "soon"
+    t, got = blocked_get(wq)
+    try:
+        t.join(timeout=10)
+        assert not t.is_alive() and got == ["soon"]
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
+
+
+def test_a_get_timeout_ends_the_wait_before_a_later_item_on_the_real_clock() -> None:
+    wq: WorkQueue[str] = WorkQueue()
+    wq.add_after("later", 3600)
+    assert wq.get(timeout=0.01) is None
+
+
+def test_a_blocked_get_wakes_when_the_fake_clock_reaches_the_delayed_item() -> None:
+    clock = FakeClock()
+    wq: WorkQueue[str] = WorkQueue(clock=clock)
+    wq.add_after("foo", 5)
+    t, got = blocked_get(wq)
+    try:
+        wait_for(lambda: clock.wake_times() == [1005.0], what="the getter to sleep until 5 s")
+        clock.step(4.999)
+        assert got == [] and wq.get() is None, "not before its time"
+        clock.step(0.001)
+        t.join(timeout=5)
+        assert not t.is_alive() and got == ["foo"]
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
+
+
+def test_an_earlier_add_after_wakes_a_get_sleeping_until_a_later_item() -> None:
+    """The getter sleeps until the first delayed item is due; an earlier one must wake it,
+    or it would sleep past it (here: forever, as the clock stops short of the later one)."""
+    clock = FakeClock()
+    wq: WorkQueue[str] = WorkQueue(clock=clock)
+    wq.add_after("late", 60)
+    t, got = blocked_get(wq)
+    try:
+        wait_for(lambda: clock.wake_times() == [1060.0],
+                 what="the getter to sleep until the late item")
+        wq.add_after("soon", 1)
+        clock.step(1)
+        t.join(timeout=5)
+        assert not t.is_alive() and got == ["soon"], "the getter slept past the earlier item"
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
+
+
+def test_a_fake_clock_step_short_of_every_delayed_item_wakes_no_getter() -> None:
+    clock = FakeClock()
+    wq: WorkQueue[str] = WorkQueue(clock=clock)
+    wq.add_after("foo", 10)
+    t, got = blocked_get(wq)
+    try:
+        wait_for(lambda: clock.waiters() == 1, what="the getter to wait for the clock")
+        clock.step(9)
+        assert clock.waiters() == 1 and got == []
+    finally:
+        wq.shutdown()
+        t.join(timeout=5)
+    assert not t.is_alive() and got == [None], "shutdown wakes the getter empty-handed"
 
 
 def test_delayed_items_are_dropped_on_shutdown() -> None:
@@ -380,6 +493,7 @@ def test_delayed_items_are_dropped_on_shutdown() -> None:
     wq: WorkQueue[str] = WorkQueue(clock=clock)
     wq.add_after("foo", 1)
     wq.shutdown()
+    assert wq.delayed() == 0, "nothing is left waiting (the idle probe reads this)"
     clock.step(2)
     assert wq.get() is None
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from configmirror.workqueue import WorkQueue
+from configmirror_testing.wait import wait_for
 
 KEYS = st.sampled_from(["a", "b", "c", "d"])
 MAX_RETRIES = 3
@@ -139,10 +140,11 @@ def test_stress_no_key_twice_in_flight_no_lost_update_bounded_retries() -> None:
     for t in producers + workers:
         t.start()
     for t in producers:
-        t.join()
+        t.join(timeout=30)
+        assert not t.is_alive()
     # Let workers finish everything queued, then stop them.
-    while len(wq) or wq.in_flight():
-        threading.Event().wait(0.01)
+    wait_for(lambda: wq.counts() == (0, 0, 0), timeout=30, interval=0.005,
+             what="the workers to finish everything queued")
     wq.shutdown()
     for t in workers:
         t.join(timeout=10)

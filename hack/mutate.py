@@ -1,0 +1,484 @@
+#!/usr/bin/env python3
+"""Mutation check: do the tests fail when the code they guard changes by one operator?
+
+Each mutant changes one expression or statement of the work queue, the controller, the
+rate limiter, the event routing or the planner (a comparison flipped, a guard removed, a
+call dropped, a constant moved by one), then runs the unit tests that cover that module.
+A mutant the tests still pass is a "survivor": either a test is missing, or the change
+makes no observable difference (an equivalent mutant), which ACCEPTED below records with
+the reason. Named mutants (NAMED) add the one-line changes a reviewer asked about.
+
+    make mutate                         # everything; exits 1 if an unexplained mutant survives
+    hack/mutate.py --only controller    # the mutants of files (or lines) matching a word
+    hack/mutate.py --list               # the mutants, without running anything
+
+It works on a copy of the tree in a temporary folder: each mutant is written there and run
+by pytest in a forked child whose sys.path puts the copy first (the child checks that it
+tested the copy). The files in the repo are never written, whatever happens to this script.
+Mutants of replicator.py run an end-to-end test too, so they need the local control plane
+(CONFIGMIRROR_CONTROLPLANE_ASSETS or KUBEBUILDER_ASSETS); without it they are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = Path("src/configmirror")
+
+# The tests that cover each module, fastest and most specific first (pytest stops at the
+# first failure, so most mutants die in a second).
+TESTS: dict[str, list[str]] = {
+    "workqueue.py": ["tests/unit/test_workqueue.py", "tests/unit/test_workqueue_metrics.py",
+                     "tests/unit/test_controller.py", "tests/unit/test_workqueue_model.py"],
+    "controller.py": ["tests/unit/test_controller.py"],
+    "ratelimit.py": ["tests/unit/test_ratelimit.py", "tests/unit/test_workqueue.py"],
+    "clock.py": ["tests/unit/test_clock.py", "tests/unit/test_workqueue.py",
+                 "tests/unit/test_controller.py"],
+    "routing.py": ["tests/unit/test_routing.py"],
+    "plan.py": ["tests/unit/test_plan.py", "tests/unit/test_routing.py",
+                "tests/unit/test_replicator_errors.py", "tests/unit/test_secrets.py"],
+    "replicator.py": ["tests/unit/test_expectations.py", "tests/unit/test_replicator_errors.py",
+                      "tests/e2e/test_expectations.py"],
+}
+GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "clock.py", "routing.py",
+             "plan.py")
+
+# One-line mutations asked for by name: (file, the line as it is, the line as mutated).
+NAMED: list[tuple[str, str, str]] = [
+    # The reconciler's memory of its own writes bypassed: it reads only the cache.
+    ("replicator.py", "return self._expectations.view(key, self._caches.get)",
+     "return self._caches.get(key)"),
+    # Expectations that forget a write at once, or never hide the cache's stale version.
+    ("replicator.py", "self._pending[obj.key] = _Expected(obj, version)", "pass"),
+    ("replicator.py", "elif watermark < expected.resource_version:", "elif False:"),
+]
+
+# Survivors that are equivalent (no test can tell them apart), keyed by file, the original
+# line and the mutated line, with why.
+_NOTIFY_ONLY = ("the count only decides whether to notify; this one never reaches 0, so "
+                "every add notifies: slower, never a lost wake-up")
+_FAST_PATH = ("a fast path: _wait_for_item checks the queue, shutdown and the timeout again "
+              "itself, and returns at once for a timeout of 0")
+_FROZEN = "no code assigns to a plan's fields; frozen only guards against a future one"
+_LOG_ONLY = "only decides a log line"
+ACCEPTED: dict[tuple[str, str, str], str] = {
+    ("clock.py", "left = max(until - time.monotonic(), 0.0)",
+     "left = max(until - time.monotonic(), 1.0)"):
+        "the real clock then wakes a getter up to 1 s late: visible in wall-clock time only, "
+        "which the tests do not bound (the fake clock's waits are tested exactly)",
+    ("clock.py", "left = max(until - time.monotonic(), 0.0)",
+     "left = min(until - time.monotonic(), 0.0)"):
+        "waits 0 s at a time until the item is due: the same result for a busy loop's CPU, "
+        "visible in wall-clock time only",
+    ("controller.py", "if first:", "if False:"): _LOG_ONLY + " (the outage's first warning)",
+    ("controller.py", "self.queue.shutdown()", "pass"):
+        "shutdown_with_drain() already shut the queue down; this only clears its draining "
+        "flag, which nothing waits on once the drain has returned",
+    ("controller.py", "if thread.is_alive():", "if False:"): _LOG_ONLY,
+    ("controller.py", "thread.join(timeout=max(drain_timeout, 1.0))",
+     "thread.join(timeout=max(drain_timeout, 2.0))"):
+        "a longer bound on joining a worker that finishes anyway",
+    ("controller.py", "thread.join(timeout=max(drain_timeout, 1.0))",
+     "thread.join(timeout=min(drain_timeout, 1.0))"):
+        "a shorter bound on joining the workers: only a reconcile that outlives the drain, "
+        "and then ends between the two bounds, tells them apart, in wall-clock time",
+    ("controller.py", "if self._outage_since is None:", "if False:"):
+        "outside an outage the rest is a no-op but for an info log line",
+    ("controller.py", "took = self._clock.now() - since if since is not None else 0.0",
+     "took = (self._clock.now() + since) if since is not None else 0.0"): _LOG_ONLY,
+    ("controller.py", "took = self._clock.now() - since if since is not None else 0.0",
+     "took = self._clock.now() - since if (since is None) else 0.0"): _LOG_ONLY,
+    ("controller.py", "took = self._clock.now() - since if since is not None else 0.0",
+     "took = self._clock.now() - since if since is not None else 1.0"): _LOG_ONLY,
+    ("plan.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN,
+    ("ratelimit.py", "return 0.0 if self._tokens >= 0 else -self._tokens / self._qps",
+     "return 0.0 if (self._tokens > 0) else -self._tokens / self._qps"):
+        "at exactly 0 tokens it returns -0.0, which equals 0.0",
+    ("routing.py",
+     "if old is not None and old.labels == new.labels and old.terminating == new.terminating:",
+     "if False:"):
+        "a fast path: with labels and Terminating unchanged, the loop below wakes nothing "
+        "either (each wanted-ness compares equal before and after)",
+    ("workqueue.py", "self._draining = False", "self._draining = True"):
+        "done() then notifies the drain condition with no drain waiting; shutdown() and "
+        "shutdown_with_drain() set the flag before anyone waits",
+    ("workqueue.py", "if not self._queue and timeout != 0.0 and not self._shutting_down:",
+     "if (not self._queue or timeout != 0.0 or (not self._shutting_down)):"): _FAST_PATH,
+    ("workqueue.py", "if not self._queue and timeout != 0.0 and not self._shutting_down:",
+     "if not self._queue and timeout != 1.0 and not self._shutting_down:"): _FAST_PATH,
+    ("workqueue.py", "if not self._processing and self._draining:",
+     "if (not self._processing or self._draining):"):
+        "an extra notify of the drain condition; the drain re-checks its predicate",
+    ("workqueue.py", "if delay > 0:", "if (delay >= 0):"):
+        "a zero delay then goes through add_after(), which adds at once and counts "
+        "workqueue_retries_total; the operator's limiter never returns 0 (5 ms minimum). "
+        "client-go counts every rate-limited retry, so the mutant is arguably closer to it",
+    ("workqueue.py", "if current is not None and current <= ready_at:",
+     "if current is not None and (current < ready_at):"):
+        "an equal time pushes a second heap entry, which _promote_ready() skips",
+    ("workqueue.py", "if wait is not None and wait <= 0:",
+     "if wait is not None and (wait < 0):"):
+        "with exactly 0 s left it waits 0 s and returns on the next pass",
+    ("workqueue.py", "self._getters -= 1", "self._getters += 1"): _NOTIFY_ONLY,
+    ("workqueue.py", "self._heap.clear()", "pass"):
+        "after shutdown no entry is ever promoted: _waiting is cleared and adds are refused; "
+        "only memory",
+}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    file: str        # under src/configmirror
+    line: int        # 1-based, of the first line changed
+    before: str      # the original line(s), stripped
+    after: str       # the mutated line(s), stripped
+    what: str        # a short description
+    source: str      # the whole mutated file
+
+    @property
+    def name(self) -> str:
+        return f"{self.file}:{self.line} {self.what}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.file, self.before, self.after)
+
+
+# -- generating mutants ------------------------------------------------------------------------
+
+_SWAP_CMP: dict[type[ast.cmpop], type[ast.cmpop]] = {
+    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In,
+    ast.Is: ast.IsNot, ast.IsNot: ast.Is,
+}
+_SWAP_BIN: dict[type[ast.operator], type[ast.operator]] = {
+    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+    ast.Pow: ast.Mult,
+}
+
+
+def _skipped(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Logging, docstrings, asserts, annotations and argument defaults are not mutated."""
+    if isinstance(node, ast.Expr) and _is_log(node.value):
+        return True
+    while node in parents:
+        parent = parents[node]
+        if isinstance(parent, ast.Assert):
+            return True
+        if isinstance(parent, ast.arguments):
+            return True  # a default value
+        if isinstance(parent, (ast.AnnAssign, ast.arg)) and node is parent.annotation:
+            return True
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)) and node is parent.returns:
+            return True
+        if _is_log(parent):
+            return True
+        node = parent
+    return False
+
+
+def _is_log(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+        isinstance(node.func.value, ast.Name) and node.func.value.id == "log"
+
+
+def _variants(node: ast.AST) -> Iterator[tuple[ast.AST, str]]:
+    """Mutated copies of `node` (an expression or a statement), each with a description."""
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _SWAP_CMP:
+        new = copy.deepcopy(node)
+        new.ops = [_SWAP_CMP[type(node.ops[0])]()]
+        yield new, "comparison flipped"
+    elif isinstance(node, ast.BoolOp):
+        new = copy.deepcopy(node)
+        new.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+        yield new, "and/or swapped"
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        yield copy.deepcopy(node.operand), "`not` dropped"
+    elif isinstance(node, ast.BinOp) and type(node.op) in _SWAP_BIN:
+        new = copy.deepcopy(node)
+        new.op = _SWAP_BIN[type(node.op)]()
+        yield new, "arithmetic operator swapped"
+    elif isinstance(node, ast.AugAssign) and type(node.op) in (ast.Add, ast.Sub):
+        new = copy.deepcopy(node)
+        new.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
+        yield new, "+=/-= swapped"
+    elif isinstance(node, ast.Constant) and type(node.value) is bool:
+        yield ast.Constant(not node.value), "boolean constant flipped"
+    elif isinstance(node, ast.Constant) and type(node.value) is int:
+        yield ast.Constant(node.value + 1), "integer constant + 1"
+    elif isinstance(node, ast.Constant) and type(node.value) is float:
+        yield ast.Constant(node.value * 2 if node.value else 1.0), "float constant changed"
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id in ("min", "max"):
+        new = copy.deepcopy(node)
+        new.func = ast.Name("max" if node.func.id == "min" else "min", ast.Load())
+        yield new, "min/max swapped"
+    elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        yield ast.Pass(), "call dropped"
+    elif isinstance(node, ast.If):
+        new_test = ast.Constant(False)
+        yield new_test, "guard removed (if False)"
+    elif isinstance(node, (ast.Continue, ast.Break)):
+        yield ast.Pass(), f"`{type(node).__name__.lower()}` dropped"
+
+
+def _splice(text: str, lines: list[str], node: ast.AST, replacement: str) -> str:
+    """`text` with `node`'s source segment replaced (offsets are UTF-8 byte columns)."""
+    start, end = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+    first, last = lines[start].encode(), lines[end].encode()
+    head = first[:node.col_offset].decode()  # type: ignore[attr-defined]
+    tail = last[node.end_col_offset:].decode()  # type: ignore[attr-defined]
+    return "".join(lines[:start]) + head + replacement + tail + "".join(lines[end + 1:])
+
+
+def generated_mutants(file: str, text: str) -> Iterator[Mutant]:
+    tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
+    parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
+    docstrings = {id(body[0]) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                  and (body := n.body) and isinstance(body[0], ast.Expr)
+                  and isinstance(body[0].value, ast.Constant)}
+    for node in ast.walk(tree):
+        if id(node) in docstrings or not hasattr(node, "lineno") or _skipped(node, parents):
+            continue
+        if "pragma: no mutate" in lines[node.lineno - 1]:
+            continue
+        for new, what in _variants(node):
+            target: ast.AST = node.test if isinstance(node, ast.If) else node
+            replacement = ast.unparse(new)
+            if isinstance(node, ast.If):
+                mutated = _splice(text, lines, target, replacement)
+            elif isinstance(node, ast.stmt):
+                mutated = _splice(text, lines, node, replacement)
+            else:
+                mutated = _splice(text, lines, node, f"({replacement})"
+                                  if isinstance(new, (ast.BoolOp, ast.Compare, ast.BinOp))
+                                  else replacement)
+            try:
+                ast.parse(mutated)
+            except SyntaxError:
+                continue
+            before = "".join(lines[target.lineno - 1:target.end_lineno]).strip()  # type: ignore[attr-defined]
+            after_lines = mutated.splitlines()
+            span = target.end_lineno - target.lineno  # type: ignore[attr-defined]
+            changed = len(after_lines) - len(lines) + span
+            after = "\n".join(after_lines[target.lineno - 1:target.lineno + changed]).strip()
+            yield Mutant(file, target.lineno, " ".join(before.split()),
+                         " ".join(after.split()), what, mutated)
+
+
+def named_mutants(file: str, text: str) -> Iterator[Mutant]:
+    lines = text.splitlines(keepends=True)
+    for named_file, before, after in NAMED:
+        if named_file != file:
+            continue
+        found = [i for i, line in enumerate(lines) if line.strip() == before]
+        if len(found) != 1:
+            raise SystemExit(f"mutate: {file}: expected one line `{before}`, found {len(found)}")
+        i = found[0]
+        indent = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+        mutated = "".join(lines[:i]) + indent + after + "\n" + "".join(lines[i + 1:])
+        yield Mutant(file, i + 1, before, after, "named mutation", mutated)
+
+
+def all_mutants(files: list[str]) -> list[Mutant]:
+    mutants: list[Mutant] = []
+    for file in files:
+        text = (REPO / SRC / file).read_text()
+        if file in GENERATED:
+            mutants.extend(generated_mutants(file, text))
+        mutants.extend(named_mutants(file, text))
+    return sorted(mutants, key=lambda m: (m.file, m.line, m.what, m.after))
+
+
+# -- running them ----------------------------------------------------------------------------
+
+# Imported once here, before any fork, so each mutant's run pays only for configmirror and the
+# tests. configmirror itself must not be imported here: each child imports its own copy.
+PRELOAD = ("pytest", "pytest_mock", "pytest_timeout", "hypothesis", "kubernetes",
+           "prometheus_client", "urllib3", "yaml")
+
+
+class Workspace:
+    """A copy of the tree (src, testing, tests, pyproject.toml) whose configmirror the tests
+    import; a mutant is written there and the pristine file put back after each run."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        for part in ("src", "testing", "tests"):
+            shutil.copytree(REPO / part, root / part,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        shutil.copy2(REPO / "pyproject.toml", root / "pyproject.toml")
+        self.log = root / "pytest.log"
+        self._pristine = {f: (root / SRC / f).read_text() for f in TESTS}
+
+    def start(self, mutant: Mutant | None, file: str, timeout: float) -> int:
+        """Fork a child that runs `file`'s tests against `mutant` (None: unmutated)."""
+        path = self.root / SRC / file
+        if mutant is not None:
+            path.write_text(mutant.source)
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 3
+            try:
+                code = self._child(TESTS[file], timeout)
+            finally:
+                os._exit(code)
+        return pid
+
+    def restore(self, file: str) -> None:
+        (self.root / SRC / file).write_text(self._pristine[file])
+
+    def _child(self, tests: list[str], timeout: float) -> int:
+        os.chdir(self.root)
+        fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        # No bytecode: a cached mutant could be loaded for the restored file (same size,
+        # same second), and the other way round.
+        sys.dont_write_bytecode = True
+        sys.path[:0] = [str(self.root / "src"), str(self.root / "testing"), str(self.root)]
+        os.environ.pop("CI", None)  # a missing control plane must skip, not count as a kill
+        # No examples remembered from the last mutant: each run starts from the same seed.
+        shutil.rmtree(self.root / ".hypothesis", ignore_errors=True)
+        import pytest
+
+        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "--hypothesis-seed=0",
+                            "-o", f"timeout={int(timeout)}", *tests])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        import configmirror
+        if not Path(configmirror.__file__).resolve().is_relative_to(self.root.resolve()):
+            return 4  # tested some other configmirror: say so, count nothing
+        return int(code)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def outcome_of(status: int, output: str) -> str:
+    """'passed' | 'skipped' | 'failed' | 'timeout' from a child's wait status and output."""
+    if os.WIFSIGNALED(status):
+        return "timeout"  # killed by us at its deadline
+    code = os.WEXITSTATUS(status)
+    if code == 4:
+        raise SystemExit("mutate: a child imported configmirror from outside its copy")
+    if code == 0:
+        last = output.strip().splitlines()[-1] if output.strip() else ""
+        return "skipped" if "skipped" in last else "passed"
+    return "timeout" if "+ Timeout +" in output else "failed"
+
+
+def run_all(spaces: list[Workspace], jobs: list[tuple[Mutant | None, str]],
+            timeouts: dict[str, float]) -> Iterator[tuple[Mutant | None, str, str, float]]:
+    """Run each (mutant, file) in a forked child, one per free workspace; yield
+    (mutant, file, outcome, seconds) as they end. Files are restored after every run."""
+    pending = list(reversed(jobs))
+    running: dict[int, tuple[Workspace, Mutant | None, str, float]] = {}
+    free = list(spaces)
+    try:
+        while pending or running:
+            while pending and free:
+                mutant, file = pending.pop()
+                space = free.pop()
+                pid = space.start(mutant, file, timeouts.get(file, 600))
+                running[pid] = (space, mutant, file, time.monotonic())
+            time.sleep(0.05)  # polling children; nothing here waits for a condition
+            for pid, (space, mutant, file, started) in list(running.items()):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                took = time.monotonic() - started
+                if done == 0:
+                    if took < timeouts.get(file, 600) + 30:
+                        continue
+                    os.kill(pid, signal.SIGKILL)
+                    _, status = os.waitpid(pid, 0)
+                del running[pid]
+                space.restore(file)
+                free.append(space)
+                yield mutant, file, outcome_of(status, space.output()), took
+    finally:
+        for pid, (space, _, file, _) in running.items():
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            space.restore(file)
+
+
+def control_plane_available() -> bool:
+    return any(os.environ.get(v) for v in ("CONFIGMIRROR_CONTROLPLANE_ASSETS",
+                                           "KUBEBUILDER_ASSETS"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="run mutants whose name contains this")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants run at once")
+    args = parser.parse_args()
+    # SIGTERM (a CI timeout, kill) ends in the finally blocks: children killed, copy removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    files = list(TESTS)
+    if not control_plane_available():
+        files.remove("replicator.py")
+        print("mutate: no control plane (CONFIGMIRROR_CONTROLPLANE_ASSETS): the mutants of "
+              "replicator.py are left out")
+    mutants = [m for m in all_mutants(files) if args.only in m.name]
+    if args.list:
+        for m in mutants:
+            print(f"{m.name}\n    - {m.before}\n    + {m.after}")
+        print(f"{len(mutants)} mutants")
+        return 0
+
+    for module in PRELOAD:
+        __import__(module)
+    assert not any(name.split(".")[0] in ("configmirror", "configmirror_testing", "tests")
+                   for name in sys.modules), "configmirror must be imported by the children only"
+    results: list[tuple[Mutant, str]] = []
+    with tempfile.TemporaryDirectory(prefix="configmirror-mutate-") as tmp:
+        spaces = [Workspace(Path(tmp) / f"w{i}") for i in range(max(args.jobs, 1))]
+        files_used = sorted({m.file for m in mutants})
+        timeouts: dict[str, float] = {}
+        for _, file, outcome, took in run_all(spaces, [(None, f) for f in files_used], {}):
+            if outcome != "passed":
+                print(spaces[0].output()[-3000:])
+                raise SystemExit(f"mutate: the tests of {file} do not pass unmutated "
+                                 f"({outcome}): fix that first")
+            timeouts[file] = max(30.0, 5 * took)
+        print(f"mutate: {len(mutants)} mutants; the tests pass unmutated", flush=True)
+        for mutant, _, outcome, took in run_all(spaces, [(m, m.file) for m in mutants],
+                                                timeouts):
+            assert mutant is not None
+            killed = outcome in ("failed", "timeout")
+            mark = "killed" if killed else "ACCEPTED" if mutant.key in ACCEPTED else "SURVIVED"
+            print(f"{mark:9} {mutant.name} [{took:.1f} s]"
+                  + (" (timeout)" if outcome == "timeout" else ""), flush=True)
+            results.append((mutant, outcome))
+
+    results.sort(key=lambda r: (r[0].file, r[0].line))
+    killed = [m for m, o in results if o in ("failed", "timeout")]
+    survivors = [m for m, o in results if o not in ("failed", "timeout")]
+    unexplained = [m for m in survivors if m.key not in ACCEPTED]
+    print(f"\nmutation score: {len(killed)} killed / {len(results)} mutants"
+          f" ({len(survivors) - len(unexplained)} equivalent survivors accepted)")
+    for m in survivors:
+        why = ACCEPTED.get(m.key)
+        print(f"\n{'accepted' if why else 'SURVIVED'}: {m.name}\n    - {m.before}\n"
+              f"    + {m.after}" + (f"\n    why: {why}" if why else ""))
+    return 1 if unexplained else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
