@@ -141,9 +141,11 @@ def test_a_fan_out_to_300_namespaces_never_exceeds_the_client_side_rate_limit(
     assert len(stamps) >= 300
     # A token bucket lets through at most burst + qps * w requests in any w seconds. The
     # audit stamps are taken at the server, after a thread wake-up, a TLS handshake for a new
-    # connection and the network: allow them 0.1 s of jitter. Without the limit, 8 workers
-    # send several hundred a second here.
-    jitter = 0.1
+    # connection and the network: allow them 0.25 s of jitter (0.1 s was exceeded by one
+    # request on a loaded 2-core machine, where a request released on time can reach the
+    # server late and land beside the next ones). Without the limit, 8 workers send several
+    # hundred a second here: 50 or more in any 0.25 s, against the 25 allowed.
+    jitter = 0.25
     for window in (0.25, 1.0, 5.0):
         j = 0
         for i in range(len(stamps)):
