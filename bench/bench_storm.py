@@ -1,6 +1,6 @@
 """Namespace storm: many namespaces created at once, every source selecting all of them.
 
-    python bench/bench_storm.py [--namespaces 1000] [--sources 5] [--workers 4]
+    python bench/bench_storm.py [--namespaces 1000] [--sources 5] [--workers 16]
 
 The operator runs (--kube-api-qps 0) and is idle, with S sources that select every namespace
 named storm-*; then N such namespaces are created at once (16 threads). Prints the time from

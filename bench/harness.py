@@ -29,6 +29,7 @@ from typing import Any
 from configmirror.kube import ApiError, Kube, load_configuration
 from configmirror.model import REPLICA_LABEL, configmap_from_json
 from configmirror.plan import desired_body
+from configmirror.settings import Settings
 from configmirror.spec import REPLICATE_TO
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.operator import OperatorProcess
@@ -46,8 +47,9 @@ BARE_CLIENT = "bare-client"  # the Python bare client's user agent (the audit lo
 def common_args(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--kubeconfig", help="an existing cluster (default: a local one)")
-    parser.add_argument("--workers", type=int, default=4,
-                        help="the operator's --workers, and the baselines' concurrency")
+    parser.add_argument("--workers", type=int, default=Settings().workers,
+                        help="the operator's --workers, and the baselines' concurrency "
+                             "(default: the operator's default)")
     return parser
 
 
