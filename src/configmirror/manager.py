@@ -147,7 +147,14 @@ class Manager:
 
     def _on_object(self, resource: str, old: CachedObject | None,
                    new: CachedObject | None) -> None:
-        caches = self.kinds[resource].caches
+        replication = self.kinds[resource]
+        if new is not None and replication.replicator.echo(new):
+            # The watch delivering a replica exactly as a worker just wrote it: that worker
+            # has reconciled the key, and a change since would be another version. Waking
+            # it again would be a reconcile with nothing to do for every write (half the
+            # workers' CPU in a fan-out; docs/benchmarks.md).
+            return
+        caches = replication.caches
         for key in object_keys(old, new, caches.sources_named, resource):
             self.queue.add(key)
 

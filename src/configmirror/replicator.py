@@ -78,6 +78,21 @@ class Expectations:
             with self._lock:
                 self._pending[key] = _Expected(None, version)
 
+    def echo(self, obj: CachedObject) -> bool:
+        """Whether `obj`, just delivered by the watch, is our own last write to its key, as
+        we wrote it (same resourceVersion, same content): then nothing has happened to it
+        since, the worker that wrote it has reconciled it already, and the entry is done
+        with. Anything else (another version, other content, a delete) is not an echo."""
+        version = _version(obj.resource_version)
+        with self._lock:
+            expected = self._pending.get(obj.key)
+            if expected is None or expected.obj is None or version is None \
+                    or expected.resource_version != version \
+                    or expected.obj.content_hash != obj.content_hash:
+                return False
+            del self._pending[obj.key]
+            return True
+
     def view(self, key: str, cached: Callable[[str], CachedObject | None]) -> CachedObject | None:
         """The object at `key` as it is after our own writes."""
         watermark = self._watermark(key)
@@ -130,6 +145,10 @@ class Replicator:
         # target key -> the conflicts reported for the object version there.
         self._problem_reported: dict[str, tuple[str, str, str]] = {}
         self._conflicts_reported: dict[Key, tuple[str, frozenset[str]]] = {}
+
+    def echo(self, obj: CachedObject) -> bool:
+        """Whether a watch event's object is the echo of our own write (Expectations.echo)."""
+        return obj.source is None and obj.replica_of is not None and self._expectations.echo(obj)
 
     def reconcile(self, key: Key) -> Result:
         if key.role == SOURCE:

@@ -87,3 +87,25 @@ def test_the_watermark_is_read_before_the_cache() -> None:
     expectations.wrote(obj("3"))
     expectations.view("a/cfg", get)
     assert order == ["watermark", "cache"]
+
+
+def test_the_echo_of_our_write_is_recognised_once_and_ends_the_expectation() -> None:
+    cache = Cache()
+    expectations = Expectations(lambda key: cache.watermark)
+    expectations.wrote(obj("11"))
+    assert expectations.echo(obj("11")), "the watch delivering exactly what we wrote"
+    assert len(expectations) == 0, "nothing left to hide once it is delivered"
+    assert not expectations.echo(obj("11")), "a second delivery (a resync) is not an echo"
+
+
+def test_another_version_other_content_or_a_delete_is_not_an_echo() -> None:
+    cache = Cache()
+    expectations = Expectations(lambda key: cache.watermark)
+    expectations.wrote(obj("11"))
+    assert not expectations.echo(obj("12")), "someone's later edit"
+    assert not expectations.echo(obj("10")), "an older version"
+    assert not expectations.echo(obj("11", "changed by a webhook")), "stored other than written"
+    assert not expectations.echo(obj("not-a-number"))
+    assert len(expectations) == 1, "still expected: only the echo ends it"
+    expectations.deleted("a/cfg", "11")
+    assert not expectations.echo(obj("11")), "a delete of ours has no echo to skip"
