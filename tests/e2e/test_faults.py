@@ -222,14 +222,19 @@ def test_rbac_revoked_for_one_namespace_then_restored(
     seen = operator.metric("controller_runtime_reconcile_total")
     wait_for(lambda: operator.metric("controller_runtime_reconcile_total") >= seen + 3,
              timeout=20, what="three more reconciles (resyncs)")
+    # The log before the audit log: the apiserver audits a request (blocking mode) before
+    # it answers, so every line read here has its audit entry.
+    forbidden_lines = [line for line in operator.log().splitlines()
+                       if "forbidden" in line.lower()]
     reconciles = operator.metric("controller_runtime_reconcile_total") - seen + 1
     denied = [e for e in requests_into(cluster, user, revoked)
               if e["responseStatus"]["code"] == 403]
     assert 1 <= len(denied) <= reconciles + 1, f"{len(denied)} tries in {reconciles} reconciles"
     assert len(events(cluster, src, "cfg", "ReplicationFailed")) == 1, "one Event, counted"
-    forbidden_lines = [line for line in operator.log().splitlines()
-                       if "forbidden" in line.lower()]
-    assert len(forbidden_lines) <= 2, forbidden_lines
+    # One line per denied try, never more: no retry loop behind it. (A fixed bound failed
+    # when the window of three reconciles spanned two resyncs: each resync tries once, by
+    # design, since a resync is how a restored permission is noticed.)
+    assert 1 <= len(forbidden_lines) <= len(denied), (len(denied), forbidden_lines)
 
     binding.metadata.resource_version = None
     cluster.rbac.create_namespaced_role_binding(revoked, binding)  # the permission returns
