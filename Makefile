@@ -45,7 +45,7 @@ helm: ## build (once) or find helm for the chart tests; prints its folder last
 
 .PHONY: test
 # The real-node tier (`-m node`) is `make cluster-test`, a separate step of .ci/run: with it,
-# a fresh machine's `make test` would take about 50 minutes (the node's Go build alone is 25).
+# a fresh machine's `make test` would take 40-50 minutes (the node's Go build alone is 12-25).
 test: $(STAMP) ## the suite: unit, a real local control plane, the chart, the image (not the node: cluster-test)
 	@set -o pipefail; \
 	if assets=$$(hack/controlplane/build.sh | tail -n 1); then \
