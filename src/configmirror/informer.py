@@ -264,7 +264,7 @@ class Informer(Generic[T]):
                            str(raw.get("message", "")), "watch", self._path)
         version = str((raw.get("metadata") or {}).get("resourceVersion", ""))
         if self._metrics is not None:
-            self._metrics.informer_events.labels(self.name, str(kind)).inc()
+            self._metrics.child(self._metrics.informer_events, self.name, str(kind)).inc()
         self.last_event_at = time.time()
         if kind == "BOOKMARK":
             self.resource_version = version

@@ -166,7 +166,7 @@ class Manager:
                 self.queue.add(key)
 
     def _reconcile(self, key: Key) -> Result:
-        self.metrics.reconciles.labels(key.role).inc()
+        self.metrics.child(self.metrics.reconciles, key.role).inc()
         return self.kinds[key.resource].replicator.reconcile(key)
 
     def _server_answered(self) -> None:

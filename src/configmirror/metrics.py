@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -83,6 +84,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # Work queue (client-go names).
         self.queue_depth = Gauge("workqueue_depth", "Current depth of workqueue", ["name"],
                                  registry=r)
@@ -157,6 +159,16 @@ class Metrics:
             "and resource (configmaps, secrets)", ["action", "resource"], registry=r)
         self.leader = Gauge("configmirror_leader", "1 while this process holds the lease",
                             registry=r)
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, looked up once per label set. labels() takes a lock and
+        builds its key on every call, which costs more than the increment it serves on a
+        per-write path. The series still appears on its first use, as with labels()."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children.setdefault(key, metric.labels(*labels))
+        return found
 
     def count_requests(self, counts: Callable[[], dict[tuple[str, str, int], int]]) -> None:
         """Export `configmirror_api_requests_total` from a source like Kube.counts."""

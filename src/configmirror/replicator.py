@@ -266,7 +266,7 @@ class Replicator:
                owner: CachedObject) -> None:
         written = self._kube.request(verb, path, body=body)
         if self._metrics is not None:
-            self._metrics.replica_writes.labels(verb, self._kind.plural).inc()
+            self._metrics.child(self._metrics.replica_writes, verb, self._kind.plural).inc()
         meta = written.get("metadata") or {}
         assert owner.source is not None
         # What the informer will make of it: the server keeps what we wrote, so its digest is
@@ -290,7 +290,7 @@ class Replicator:
             if err.failure is not Failure.NOT_FOUND:  # already gone is what we wanted
                 raise
         if self._metrics is not None:
-            self._metrics.replica_writes.labels("delete", self._kind.plural).inc()
+            self._metrics.child(self._metrics.replica_writes, "delete", self._kind.plural).inc()
         self._expectations.deleted(f"{action.namespace}/{action.name}",
                                    action.resource_version)
 

@@ -17,7 +17,7 @@ DEFAULT_DROP = ",".join((
 class Settings:
     kubeconfig: str | None = None
     context: str | None = None
-    workers: int = 16  # measured: docs/benchmarks.md, "--workers"
+    workers: int = 32  # measured: docs/benchmarks.md, "--workers"
     max_retries: int = 5
     resync_period: float = 600.0
     source_namespaces: str = "*"

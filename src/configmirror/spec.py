@@ -55,8 +55,13 @@ class Patterns:
     excludes: tuple[re.Pattern[str], ...]
 
     def matches(self, name: str) -> bool:
-        return (any(p.fullmatch(name) for p in self.includes)
-                and not any(p.fullmatch(name) for p in self.excludes))
+        # Loops, not any() over generators: this runs for every namespace a plan considers.
+        for include in self.includes:
+            if include.fullmatch(name):
+                break
+        else:
+            return False
+        return not self.excludes or not any(e.fullmatch(name) for e in self.excludes)
 
 
 @dataclass(frozen=True)
