@@ -1,21 +1,25 @@
 """Namespace storm: many namespaces created at once, every source selecting all of them.
 
-    python bench/bench_storm.py [--namespaces 1000] [--sources 5] [--workers 16]
+    python bench/bench_storm.py [--namespaces 1000] [--sources 5] [--workers 32]
 
 The operator runs (--kube-api-qps 0) and is idle, with S sources that select every namespace
 named storm-*; then N such namespaces are created at once (16 threads). Prints the time from
 the first namespace created to the last of the S*N replicas, and the operator's write rate
 against the Go writer's and the Python bare client's on the same S*N bodies, measured right
-after the operator on the same server (the namespaces only exist from the storm on).
+after the operator on the same server (the namespaces only exist from the storm on): once
+on a quiet server, and once while another N namespaces are created the same way, the load
+the operator's writes share the server with.
 Then the exact write counts and a restart with nothing changed (goal: 0 writes).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from harness import (
     Baselines,
+    Run,
     Session,
     baseline_rows,
     common_args,
@@ -83,6 +87,22 @@ def main() -> None:
         baselines = Baselines(session, bodies, args.workers, f"storm-{total}")
         baselines.clear()
         baselines.measure()
+        # The same writes under the same load: the Go writer starts as another N namespaces
+        # are created from 16 threads (names no source selects), as the operator's writes
+        # share the server with the storm's namespace creations. One pass per concurrency.
+        in_storm: dict[int, Run] = {}
+        for concurrency in baselines.concurrencies:
+            squall = [f"squall-{concurrency}-{i:04d}" for i in range(args.namespaces)]
+            load = threading.Thread(target=parallel, args=(lambda name: cluster.kube.request(
+                "create", "/api/v1/namespaces", body={"metadata": {"name": name}}), squall,
+                16))
+            load.start()
+            try:
+                in_storm[concurrency] = baselines.go("create", concurrency)
+            finally:
+                load.join()
+            baselines.clear()
+        storm_best = max(in_storm.values(), key=lambda r: r.rate)
 
         print(f"  at the end:   {load_average()}")
         print(f"  the storm: {args.namespaces} namespaces created in {creating:.2f} s; the "
@@ -92,6 +112,14 @@ def main() -> None:
         print("  (baselines: one run each, right after the operator, on the same bodies; "
               "configmirror: its creates, first to last, during the storm)")
         print(*ratio_lines(ours, baselines), sep="\n")
+        print(*run_table([(f"Go client-go, {c} goroutines, in a storm", run)
+                          for c, run in sorted(in_storm.items())]), sep="\n")
+        print(f"  (the Go writer again, while {args.namespaces} other namespaces are created "
+              f"from 16 threads: the load configmirror's window shares)")
+        print(f"  configmirror / Go writer in a storm at the same concurrency "
+              f"({args.workers}) = {ours.rate / in_storm[args.workers].rate:.2f}")
+        print(f"  configmirror / Go writer in a storm at its best ({storm_best.concurrency}) = "
+              f"{ours.rate / storm_best.rate:.2f}")
         print(f"  configmirror writes: {own_writes:.0f} by its counter, {audited} by the "
               f"apiserver's audit log (goal: exactly {total})")
         print(f"  restart, nothing changed: {restart_writes:.0f} writes "
@@ -102,6 +130,7 @@ def main() -> None:
             "namespace_seconds": creating, "storm_seconds": wall,
             "baselines": {label: [run_json(r) for r in runs]
                           for label, runs in baselines.runs.items()},
+            "baselines_in_storm": {f"go@{c}": run_json(r) for c, r in in_storm.items()},
             "configmirror": run_json(ours), "writes": own_writes, "audited_writes": audited,
             "restart_writes": restart_writes, "machine": machine()})
 

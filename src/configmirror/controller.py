@@ -141,9 +141,11 @@ class Controller(Generic[K]):
     def server_answered(self) -> None:
         """The API server answers (an informer reconnected, a request got through): every key
         that waited for it goes back in the queue now."""
+        if self._outage_since is None:
+            return  # no outage, the common case: no lock (keys wait only during one)
         with self._lock:
             if self._outage_since is None:
-                return  # no outage: the common case, one lock and out
+                return
             keys, self._waiting, self._probe = self._waiting, set(), None
             self._backoff.reset()
             since, self._outage_since = self._outage_since, None
@@ -176,9 +178,11 @@ class Controller(Generic[K]):
 
     def _handle(self, key: K, worker: str) -> None:
         counted = self._outcomes
-        with self._lock:
-            self._waiting.discard(key)  # it is being tried now; a failure puts it back
-            probing = key == self._probe
+        probing = False
+        if self._outage_since is not None:  # keys wait, and a probe exists, only in an outage
+            with self._lock:
+                self._waiting.discard(key)  # it is being tried now; a failure puts it back
+                probing = key == self._probe
         try:
             result = self._reconcile(key)
         except ServerUnavailable as err:

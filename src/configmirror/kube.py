@@ -459,6 +459,11 @@ def _read_response(rfile: BinaryIO, method: str) -> tuple[_Response, bool]:
                      headers.get("retry-after")), keep_alive
 
 
+# The only headers an answer is read for; the apiserver sends about ten per answer.
+_WANTED = {name.encode(): name for name in
+           ("connection", "transfer-encoding", "content-length", "retry-after")}
+
+
 def _read_headers(rfile: BinaryIO) -> dict[str, str]:
     headers: dict[str, str] = {}
     for _ in range(_MAX_HEADERS + 1):
@@ -470,8 +475,9 @@ def _read_headers(rfile: BinaryIO) -> dict[str, str]:
         if len(line) > _MAX_LINE:
             raise http.client.LineTooLong("header line")
         name, colon, value = line.partition(b":")
-        if colon:
-            headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+        wanted = _WANTED.get(name.strip().lower()) if colon else None
+        if wanted is not None:
+            headers[wanted] = value.strip().decode("latin-1")
     raise http.client.HTTPException(f"more than {_MAX_HEADERS} headers")
 
 

@@ -44,8 +44,9 @@ class _PerItemFailures:
             return before
 
     def forget(self, item: Hashable) -> None:
-        with self._lock:
-            self._failures.pop(item, None)
+        if item in self._failures:  # the common case, no failures: no lock (an atomic lookup)
+            with self._lock:
+                self._failures.pop(item, None)
 
     def num_requeues(self, item: Hashable) -> int:
         with self._lock:

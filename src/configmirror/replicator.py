@@ -97,6 +97,8 @@ class Expectations:
         """The object at `key` as it is after our own writes."""
         watermark = self._watermark(key)
         current = cached(key)
+        if key not in self._pending:  # nothing of ours in flight there (an atomic lookup)
+            return current
         with self._lock:
             expected = self._pending.get(key)
             if expected is None:

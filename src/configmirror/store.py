@@ -63,8 +63,10 @@ class Store(Generic[T]):
             return deleted, changed
 
     def get(self, key: str) -> T | None:
-        with self._lock:
-            return self._items.get(key)
+        # No lock: one dict lookup is atomic, and `_items` is only ever replaced whole. The
+        # lock keeps the indexes consistent with the items, which a single read never sees.
+        # Reconcile reads here several times per key, against the informer's writes.
+        return self._items.get(key)
 
     def values(self) -> list[T]:
         with self._lock:
