@@ -94,9 +94,9 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
      "thread.join(timeout=min(drain_timeout, 1.0))"):
         "a shorter bound on joining the workers: only a reconcile that outlives the drain, "
         "and then ends between the two bounds, tells them apart, in wall-clock time",
-    ("controller.py", "self._active.set(0)", "pass"):
-        "labels() creates the series at 0 already; the set(0) only states it (a second "
-        "controller of the same name on one registry, which nothing makes, would be reset)",
+    ("controller.py", "probing = False", "probing = True"):
+        "outside an outage a probe only calls server_answered(), which returns at once when "
+        "there is none; in an outage the locked block below sets it",
     ("controller.py", "if self._outage_since is None:", "if False:"):
         "outside an outage the rest is a no-op but for an info log line",
     ("controller.py", "took = self._clock.now() - since if since is not None else 0.0",

@@ -94,8 +94,9 @@ class Controller(Generic[K]):
         self._metrics.max_concurrent_reconciles.labels(name).set(workers)
         # The labelled series every reconcile touches, looked up once (labels() costs more
         # than the increment) and present from the start, as controller-runtime has them.
-        self._active = self._metrics.active_workers.labels(name)
-        self._active.set(0)
+        # Active workers are the queue's keys in flight, read at scrape time rather than
+        # counted up and down (two locks) around every reconcile.
+        self._metrics.active_workers.labels(name).set_function(queue.in_flight)
         self._reconcile_time = self._metrics.reconcile_time.labels(name)
         self._outcomes = {result: self._metrics.reconcile_total.labels(name, result)
                           for result in ("success", "error", "requeue_after")}
@@ -167,13 +168,11 @@ class Controller(Generic[K]):
             self._process(key, worker)
 
     def _process(self, key: K, worker: str) -> None:
-        self._active.inc()
         started = time.monotonic()
         try:
             self._handle(key, worker)
         finally:
             self._reconcile_time.observe(time.monotonic() - started)
-            self._active.dec()
             self.queue.done(key)
 
     def _handle(self, key: K, worker: str) -> None:

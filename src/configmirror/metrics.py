@@ -197,10 +197,8 @@ class PrometheusQueueMetrics:
 
     def added(self) -> None:
         self._adds.inc()
-        self._depth.inc()
 
     def taken(self, queued_seconds: float) -> None:
-        self._depth.dec()
         self._latency.observe(queued_seconds)
 
     def finished(self, work_seconds: float) -> None:
@@ -211,3 +209,8 @@ class PrometheusQueueMetrics:
 
     def observe_in_flight(self, ages: Callable[[], list[float]]) -> None:
         self._metrics._in_flight.add(self._name, ages)
+
+    def observe_depth(self, depth: Callable[[], int]) -> None:
+        # Read at scrape time: the same number client-go's inc/dec keeps, with no lock taken
+        # twice per key.
+        self._depth.set_function(depth)

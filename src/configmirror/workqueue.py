@@ -51,6 +51,10 @@ class QueueMetrics(Protocol):
         """Register a callback giving the ages of in-flight items, read at scrape time."""
         ...
 
+    def observe_depth(self, depth: Callable[[], int]) -> None:
+        """Register a callback giving the number of queued items, read at scrape time."""
+        ...
+
 
 class WorkQueue(Generic[T]):
     """A thread-safe FIFO of keys in which a key is queued once and processed by one worker."""
@@ -99,6 +103,7 @@ class WorkQueue(Generic[T]):
         self._draining = False
         if metrics is not None:
             metrics.observe_in_flight(self._in_flight_ages)
+            metrics.observe_depth(self.__len__)
 
     # -- the core: add / get / done -------------------------------------------------------
 
