@@ -112,7 +112,7 @@ def main() -> None:
         print("  (baselines: one run each, right after the operator, on the same bodies; "
               "configmirror: its creates, first to last, during the storm)")
         print(*ratio_lines(ours, baselines), sep="\n")
-        print(*run_table([(f"Go client-go, {c} goroutines, in a storm", run)
+        print(*run_table([(f"Go client-go, {c} goroutines, storm", run)
                           for c, run in sorted(in_storm.items())]), sep="\n")
         print(f"  (the Go writer again, while {args.namespaces} other namespaces are created "
               f"from 16 threads: the load configmirror's window shares)")
