@@ -97,6 +97,8 @@ def main() -> None:
                   f"({run.rate:.0f} writes/s; mean of a run before and one after)")
         print(f"  edit -> last replica updated: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} "
               f"ms, max {ordered[-1] * 1000:.0f} ms")
+        if len(latencies) <= 10:
+            print("  each edit, in order: " + ", ".join(f"{t:.2f} s" for t in latencies))
         if n <= 50:
             print(f"  p99 {p99 * 1000:.0f} ms (goal for 50 replicas: <= 1000 ms)")
         print(f"  p99 / the Go writer's best time for {n} writes ({best.concurrency} "
