@@ -12,6 +12,7 @@ off, so the figures are the operator's own pace against the server's.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import queue
@@ -131,6 +132,23 @@ class BenchCluster:
         first = min(r.received for r in records)
         last = max(r.completed for r in records)
         return len(records), last - first
+
+    def spans(self, user_agent: str, verb: str, bounds: list[float],
+              resource: str = "configmaps") -> list[tuple[float, float]] | None:
+        """For each interval [bounds[i], bounds[i+1]): seconds from its start to the first
+        `verb` request by `user_agent` received in it, and to the last one answered (the
+        audit log's clock). None on an external cluster."""
+        records = self._audit_records()
+        if records is None:
+            return None
+        out = []
+        for start, end in itertools.pairwise(bounds):
+            inside = [r for r in records if r.user_agent.startswith(user_agent)
+                      and r.verb == verb and r.resource == resource
+                      and start <= r.received < end]
+            out.append((min(r.received for r in inside) - start,
+                        max(r.completed for r in inside) - start) if inside else (0.0, 0.0))
+        return out
 
     def server_cpu(self) -> float | None:
         """CPU seconds kube-apiserver and etcd have used so far (None: an external cluster)."""
