@@ -55,7 +55,8 @@ class Patterns:
     excludes: tuple[re.Pattern[str], ...]
 
     def matches(self, name: str) -> bool:
-        # Loops, not any() over generators: this runs for every namespace a plan considers.
+        # Runs for every namespace a plan considers: the includes in a plain loop (no
+        # generator), the excludes (usually none) only when there are some.
         for include in self.includes:
             if include.fullmatch(name):
                 break
