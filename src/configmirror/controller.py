@@ -92,11 +92,11 @@ class Controller(Generic[K]):
         self._backoff = server_backoff or ServerBackoff()
         self._outage_since: float | None = None
         self._metrics.max_concurrent_reconciles.labels(name).set(workers)
-        # The labelled series every reconcile touches, looked up once (labels() costs more
-        # than the increment) and present from the start, as controller-runtime has them.
         # Active workers are the queue's keys in flight, read at scrape time rather than
         # counted up and down (two locks) around every reconcile.
         self._metrics.active_workers.labels(name).set_function(queue.in_flight)
+        # The labelled series every reconcile touches, looked up once (labels() costs more
+        # than the increment) and present from the start, as controller-runtime has them.
         self._reconcile_time = self._metrics.reconcile_time.labels(name)
         self._outcomes = {result: self._metrics.reconcile_total.labels(name, result)
                           for result in ("success", "error", "requeue_after")}
