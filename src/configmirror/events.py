@@ -90,13 +90,17 @@ class Tallies:
         self._open: dict[tuple[str, str], _Tally] = {}
 
     def add(self, ref: ObjectRef, reason: str, kind: str, item: str,
-            render: Callable[[dict[str, int]], str]) -> None:
+            render: Callable[[dict[str, int]], str]) -> bool:
+        """Count `item`; True when this opened a new tally (the only kind of count that can
+        make a tally due sooner: one more count only moves its own due time later)."""
         now = self._clock.now()
         tally = self._open.get((ref.uid, reason))
+        opened = tally is None
         if tally is None:
             tally = self._open[(ref.uid, reason)] = _Tally(ref, render, now, now)
         tally.ref, tally.render, tally.last = ref, render, now
         tally.items.setdefault(kind, set()).add(item)
+        return opened
 
     def due(self, flush_all: bool = False) -> list[_Event]:
         """Take the tallies that are due (all of them with `flush_all`) as Events."""
@@ -160,8 +164,11 @@ class EventRecorder:
         """Count `item` under `kind` for `ref`; one Normal `reason` Event, rendered from the
         counts, follows once `ref` has had no new count for a moment."""
         with self._cond:
-            self._tallies.add(ref, reason, kind, item, render)
-            self._cond.notify()
+            # Only a new tally can be due before the writer's current wait ends; waking it
+            # for every count (a fan-out counts thousands a second) would cost a thread
+            # switch per replica written, for nothing.
+            if self._tallies.add(ref, reason, kind, item, render):
+                self._cond.notify()
 
     def pending(self) -> int:
         """Events queued or being written, and tallies not yet written."""

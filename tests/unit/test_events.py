@@ -60,3 +60,20 @@ def test_flush_all_takes_every_tally_now() -> None:
     tallies = Tallies(clock)
     tallies.add(A, "Replicated", "created", "x", replicated_message)
     assert len(tallies.due(flush_all=True)) == 1 and len(tallies) == 0
+
+
+def test_only_a_new_tally_can_be_due_sooner() -> None:
+    # The recorder is woken only when add() opens a tally: any other count must leave every
+    # tally due no sooner than before, or the recorder's wait would end too late.
+    clock = FakeClock()
+    tallies = Tallies(clock, quiet=2.0, max_age=10.0)
+    assert tallies.add(A, "Replicated", "created", "ns-0", replicated_message) is True
+    for i in range(1, 200):
+        due_at = clock.now() + (tallies.next_due_in() or 0.0)
+        clock.step(0.1)
+        assert tallies.add(A, "Replicated", "updated", f"ns-{i}", replicated_message) is False
+        assert clock.now() + (tallies.next_due_in() or 0.0) >= due_at
+        tallies.due()  # the max-age flush reopens the tally on the next count
+        if not len(tallies):
+            assert tallies.add(A, "Replicated", "updated", "again", replicated_message) is True
+    assert tallies.add(B, "Replicated", "created", "ns-0", replicated_message) is True
