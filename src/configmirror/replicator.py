@@ -95,10 +95,10 @@ class Expectations:
 
     def view(self, key: str, cached: Callable[[str], CachedObject | None]) -> CachedObject | None:
         """The object at `key` as it is after our own writes."""
-        watermark = self._watermark(key)
-        current = cached(key)
         if key not in self._pending:  # nothing of ours in flight there (an atomic lookup)
-            return current
+            return cached(key)
+        watermark = self._watermark(key)  # read before the cache: the cache is at least as new
+        current = cached(key)
         with self._lock:
             expected = self._pending.get(key)
             if expected is None:
@@ -224,6 +224,8 @@ class Replicator:
         return Result(changed=True)
 
     def _report_conflicts(self, key: Key, conflicts: tuple[Conflict, ...]) -> None:
+        if not conflicts and key not in self._conflicts_reported:
+            return  # the common case: no conflict now, none reported before (no lock)
         current = self._caches.get(key.object_key)
         version = current.resource_version if current is not None else ""
         reported = (version, frozenset(c.source for c in conflicts))
