@@ -28,6 +28,7 @@ from harness import (
     replica_body,
     wait,
 )
+from harness import Run, _delta, cpu_snapshot
 
 SOURCE_NS = "latency-src-000"
 PAYLOAD = 100
@@ -67,6 +68,8 @@ def main() -> None:
         operator = session.operator(args.workers)
         wait(lambda: sum(1 for v, _ in watcher.versions.values() if v == "") == n
              and operator.idle(), 600, "the operator to bring every replica in line")
+        cpu_before, server_before = cpu_snapshot(session, operator)
+        writes_before = operator.writes()
         latencies = []
         edited_at = []  # epoch seconds, the audit log's clock
         for i in range(1, args.edits + 1):
@@ -81,9 +84,14 @@ def main() -> None:
             latencies.append(watcher.last_reached[version] - edited)
             time.sleep(max(0.0, args.spacing - (time.monotonic() - edited)))
         session.idle(operator, 300)
+        ours = Run("configmirror", args.workers, int(operator.writes() - writes_before),
+                   sum(latencies), operator.cpu_seconds() - cpu_before, None,
+                   _delta(cluster.server_cpu(), server_before))
         # Where each edit's time went: the operator's first and last write of it, on the
         # server's clock (the audit log), and the rest is the watch delivering the last one.
-        spans = cluster.spans("configmirror/", "update", [*edited_at, time.time()])
+        ended_at = time.time()
+        spans = cluster.spans("configmirror/", "update", [*edited_at, ended_at])
+        requests = cluster.requests("configmirror/", edited_at[0], ended_at)
         assert operator.stop() == 0
         go_updates()
 
@@ -99,7 +107,12 @@ def main() -> None:
         for concurrency in baselines.concurrencies:
             run = baselines.mean(f"go@{concurrency}")
             print(f"  Go writer, {n} updates, {concurrency} goroutines: {run.seconds:.2f} s "
-                  f"({run.rate:.0f} writes/s; mean of a run before and one after)")
+                  f"({run.rate:.0f} writes/s; mean of a run before ("
+                  + " s) and one after (".join(f"{r.seconds:.2f}"
+                                                for r in baselines.runs[f"go@{concurrency}"])
+                  + f" s)){cpu_text(run)}")
+        print(f"  configmirror, {ours.writes} updates over the {args.edits} edits: "
+              f"{ours.rate:.0f} writes/s{cpu_text(ours)}")
         print(f"  edit -> last replica updated: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} "
               f"ms, max {ordered[-1] * 1000:.0f} ms")
         if len(latencies) <= 10:
@@ -108,11 +121,24 @@ def main() -> None:
                 print("  the operator's writes of each edit, on the server's clock (first, last "
                       "after the edit): " + ", ".join(
                           f"{first:.2f}-{last:.2f} s" for first, last in spans))
+        if requests is not None:
+            print("  the operator's requests over the edits (verb resource status: count): "
+                  + ", ".join(f"{verb} {resource} {code}: {count}" for (verb, resource, code),
+                              count in sorted(requests.items())))
         if n <= 50:
             print(f"  p99 {p99 * 1000:.0f} ms (goal for 50 replicas: <= 1000 ms)")
         print(f"  p99 / the Go writer's best time for {n} writes ({best.concurrency} "
               f"goroutines, {best.seconds:.2f} s) = {p99 / best.seconds:.2f} "
               f"(goal for 5,000 replicas: <= 1.3)")
+
+
+def cpu_text(run: Run) -> str:
+    """CPU seconds per 1,000 writes: the writer's, and the server's over the same pass."""
+    if run.cpu_per_1000 is None:
+        return ""
+    server = "" if run.server_cpu_per_1000 is None else \
+        f", the server {run.server_cpu_per_1000:.2f} s"
+    return f"; CPU per 1,000 writes: the writer {run.cpu_per_1000:.2f} s{server}"
 
 
 if __name__ == "__main__":

@@ -150,6 +150,16 @@ class BenchCluster:
                         max(r.completed for r in inside) - start) if inside else (0.0, 0.0))
         return out
 
+    def requests(self, user_agent: str, since: float, until: float
+                 ) -> Counter[tuple[str, str, int]] | None:
+        """Requests by (verb, resource, status code) from clients whose user agent starts
+        with `user_agent`, received in [since, until); None on an external cluster."""
+        records = self._audit_records()
+        if records is None:
+            return None
+        return Counter((r.verb, r.resource, r.code) for r in records
+                       if r.user_agent.startswith(user_agent) and since <= r.received < until)
+
     def server_cpu(self) -> float | None:
         """CPU seconds kube-apiserver and etcd have used so far (None: an external cluster)."""
         if self.plane is None:
@@ -173,6 +183,7 @@ class AuditRecord:
     resource: str
     received: float   # epoch seconds: the server received the request
     completed: float  # epoch seconds: the server finished the response
+    code: int = 0     # the response's status code
 
 
 class AuditTrail:
@@ -200,7 +211,8 @@ def _audit_record(event: dict[str, Any]) -> AuditRecord:
     return AuditRecord(
         user_agent=event.get("userAgent", ""), verb=event.get("verb", ""),
         resource=(event.get("objectRef") or {}).get("resource", ""),
-        received=received, completed=_epoch(event.get("stageTimestamp", "")) or received)
+        received=received, completed=_epoch(event.get("stageTimestamp", "")) or received,
+        code=int((event.get("responseStatus") or {}).get("code") or 0))
 
 
 def _epoch(stamp: str) -> float:
