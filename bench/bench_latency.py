@@ -20,15 +20,17 @@ import time
 
 from harness import (
     Baselines,
+    Run,
     Session,
+    _delta,
     bodies_file,
     common_args,
+    cpu_snapshot,
     load_average,
     machine,
     replica_body,
     wait,
 )
-from harness import Run, _delta, cpu_snapshot
 
 SOURCE_NS = "latency-src-000"
 PAYLOAD = 100
