@@ -8,9 +8,11 @@ exactly as in the benchmarks (`python -m configmirror run ...`) with two profile
     all.pstats;
   - a sampler: every 5 ms, the innermost frame of each thread, in wall-clock time (where a
     worker waits for the server, and where it computes), written as samples.json.
-With CONFIGMIRROR_STACKS_ON_SIGUSR1=1, SIGUSR1 prints every thread's stack (a hung stop);
-CONFIGMIRROR_SWITCH_INTERVAL=s sets sys.setswitchinterval (an experiment).
-Without either it does nothing.
+With CONFIGMIRROR_THREAD_CPU=file (no profiler: nothing slows down), each thread's own CPU
+time (time.thread_time at its end) summed by thread-name group is written to that file as
+JSON at exit. With CONFIGMIRROR_STACKS_ON_SIGUSR1=1, SIGUSR1 prints every thread's stack (a
+hung stop); CONFIGMIRROR_SWITCH_INTERVAL=s sets sys.setswitchinterval (an experiment: 1, 5
+and 20 ms gave the same CPU per write, docs/benchmarks.md §3). Without any it does nothing.
 """
 
 from __future__ import annotations
@@ -115,8 +117,31 @@ def _start(out: Path) -> None:
     main.enable()
 
 
+def _thread_cpu(out: Path) -> None:
+    cpu: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+    original_run = threading.Thread.run
+
+    def run(self: threading.Thread) -> None:
+        try:
+            original_run(self)
+        finally:
+            spent = time.thread_time()
+            with lock:
+                cpu[_group(self.name)] += spent
+
+    def dump() -> None:  # atexit runs after the interpreter has joined the other threads
+        cpu["MainThread"] += time.thread_time()
+        out.write_text(json.dumps(dict(cpu.most_common())))
+
+    threading.Thread.run = run  # type: ignore[method-assign]
+    atexit.register(dump)
+
+
 if _OUT:
     _start(Path(_OUT))
+if os.environ.get("CONFIGMIRROR_THREAD_CPU"):
+    _thread_cpu(Path(os.environ["CONFIGMIRROR_THREAD_CPU"]))
 if os.environ.get("CONFIGMIRROR_SWITCH_INTERVAL"):  # an experiment: the GIL's hand-over period
     sys.setswitchinterval(float(os.environ["CONFIGMIRROR_SWITCH_INTERVAL"]))
 if os.environ.get("CONFIGMIRROR_STACKS_ON_SIGUSR1"):
