@@ -1,6 +1,6 @@
 """Dedup under churn: many edits to many sources, as fast as possible.
 
-    python bench/bench_churn.py [--sources 50] [--edits 20] [--namespaces 10] [--workers 16]
+    python bench/bench_churn.py [--sources 50] [--edits 20] [--namespaces 10] [--workers 32]
 
 Each source is edited `--edits` times by 8 threads at full speed (the operator runs with
 --kube-api-qps 0). Prints reconciles per source and writes per replica against the naive

@@ -1,6 +1,6 @@
 """Convergence: S sources x N namespaces, configmirror against two baselines on one server.
 
-    python bench/bench_convergence.py [--sources 200] [--namespaces 50] [--workers 16]
+    python bench/bench_convergence.py [--sources 200] [--namespaces 50] [--workers 32]
 
 The shapes of DESIGN.md section 5: 1 x 5000, 200 x 50, 20 x 500 (flags). Baselines, in the
 same run on the same server, writing exactly the S*N bodies configmirror writes:

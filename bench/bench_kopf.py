@@ -1,6 +1,6 @@
 """kopf against configmirror on the convergence workload.
 
-    python bench/bench_kopf.py [--sources 200] [--namespaces 50] [--workers 16] [--timeout 900]
+    python bench/bench_kopf.py [--sources 200] [--namespaces 50] [--workers 32] [--timeout 900]
 
 Runs bench/kopf_replicator.py (kopf, installed for the bench only) on the same workload as
 bench_convergence.py, then prints configmirror_time / kopf_time and both API request counts

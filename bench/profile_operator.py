@@ -1,6 +1,6 @@
 """Profile the operator on one shape (default: 1 source x 5,000 namespaces), every thread.
 
-    python bench/profile_operator.py [--sources 1] [--namespaces 5000] [--workers 16] [--top 25]
+    python bench/profile_operator.py [--sources 1] [--namespaces 5000] [--workers 32] [--top 25]
 
 Runs the operator exactly as the benchmarks do (--kube-api-qps 0) with
 bench/profiling/sitecustomize.py on its PYTHONPATH: cProfile in every thread and a 5 ms
