@@ -9,6 +9,7 @@ import io
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -109,15 +110,15 @@ class Server:
                     outer.hang_up_next = False
                     self.close_connection = True
 
-            def finish(self) -> None:
-                super().finish()
-                if self.close_connection:
-                    outer.hung_up.set()
-
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class HTTPServer(http.server.ThreadingHTTPServer):
+            def shutdown_request(self, request: Any) -> None:
+                super().shutdown_request(request)  # the socket is closed only here, after
+                outer.hung_up.set()                # the handler's finish(): signal then
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever,
                                        kwargs={"poll_interval": 0.05})
