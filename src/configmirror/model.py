@@ -250,6 +250,47 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules = DEFAULT_RULES,
     )
 
 
+def stored_hash(raw: Mapping[str, Any], kind: Kind) -> str:
+    """The digest of a replica as the server returned it (as `object_from_json` makes it)."""
+    meta = raw.get("metadata") or {}
+    return content_hash(_payload(raw, kind), meta.get("labels") or {},
+                        meta.get("annotations") or {})
+
+
+def kept_as_written(source: Source, raw: Mapping[str, Any], kind: Kind) -> bool:
+    """Whether the server stored a replica written from `source` as it was written: a few
+    comparisons, no hashing (the common case)."""
+    meta = raw.get("metadata") or {}
+    return ((meta.get("labels") or {}) == source.labels
+            and (meta.get("annotations") or {}) == source.annotations
+            and _payload(raw, kind) == source.payload)
+
+
+def admission_changes(source: Source, raw: Mapping[str, Any], kind: Kind) -> str:
+    """What differs between a replica as written from `source` and as the server stored it
+    (`raw`): label and annotation keys, and payload fields and keys. Never a value."""
+    meta = raw.get("metadata") or {}
+    stored = _payload(raw, kind)
+    parts = [_changed("label", source.labels, meta.get("labels") or {}),
+             _changed("annotation",
+                      {k: v for k, v in source.annotations.items() if k != CONTENT_HASH},
+                      {k: v for k, v in (meta.get("annotations") or {}).items()
+                       if k != CONTENT_HASH})]
+    for field, value in source.payload.items():
+        if isinstance(value, Mapping) and isinstance(stored.get(field), Mapping):
+            parts.append(_changed(f"{field} key", value, stored[field]))
+        elif stored.get(field) != value:
+            parts.append([f"{field} changed"])
+    return ", ".join(p for part in parts for p in part) or "nothing that is compared"
+
+
+def _changed(what: str, wanted: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str]:
+    return ([f"{what} {k} added" for k in sorted(stored.keys() - wanted.keys())]
+            + [f"{what} {k} removed" for k in sorted(wanted.keys() - stored.keys())]
+            + [f"{what} {k} changed" for k in sorted(wanted.keys() & stored.keys())
+               if wanted[k] != stored[k]])
+
+
 def namespace_from_json(raw: dict[str, Any]) -> Namespace:
     meta = raw.get("metadata") or {}
     return Namespace(

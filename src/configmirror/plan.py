@@ -3,7 +3,8 @@
 `plan_source` says what reconciling one source would change; the `plan` command prints it,
 and the source reconcile turns its actions into target keys. `plan_target` says the same for
 one target object, including which source owns it; a target reconcile applies it. Both decide
-where replicas belong with one predicate, `wants`.
+where replicas belong with one predicate, `wants`, and whether a replica is in sync with
+another, `in_sync`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,15 @@ from configmirror.model import CachedObject, Namespace
 from configmirror.spec import Scope
 
 ActionKind = Literal["create", "update", "recreate", "delete"]
+
+Admitted = Callable[[str], tuple[str, str] | None]
+"""What the API server kept of our last write to an object key, when its admission (a
+mutating webhook, a policy engine) changed it: (the source digest we wrote, the digest of
+what the server stored). None when the server kept what we wrote, or we do not know."""
+
+
+def nothing_admitted(key: str) -> tuple[str, str] | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -104,6 +114,14 @@ def wants(source: CachedObject, namespace: Namespace, scope: Scope) -> bool:
             and compiled.spec.wants(namespace))
 
 
+def in_sync(current: CachedObject, want: str, admitted: Admitted = nothing_admitted) -> bool:
+    """Whether replica `current` holds what a source of digest `want` asks: the same digest,
+    or exactly what the server stored when we last wrote that digest there (admission
+    changed it then; writing it again would be changed again, forever). Anything else,
+    such as an edit by hand, is drift."""
+    return current.content_hash == want or admitted(current.key) == (want, current.content_hash)
+
+
 def desired_body(source: CachedObject, namespace: str) -> dict[str, Any]:
     """The replica of `source` in `namespace` as it is written (without resourceVersion)."""
     compiled = source.source
@@ -148,10 +166,12 @@ def _orphaned_because(source: CachedObject | None, home: Namespace | None,
 def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Namespace],
                 lookup: Callable[[str], CachedObject | None],
                 replicas: Iterable[CachedObject], scope: Scope,
-                kind: str = "ConfigMap") -> ReplicationPlan:
+                kind: str = "ConfigMap", admitted: Admitted = nothing_admitted
+                ) -> ReplicationPlan:
     """Compare what source `key` wants with what the caches hold.
 
-    `lookup(ns/name)` finds any cached object; `replicas` are the cached replicas of `key`.
+    `lookup(ns/name)` finds any cached object; `replicas` are the cached replicas of `key`;
+    `admitted` is what the server made of our writes (`in_sync`).
     """
     existing = sorted((r for r in replicas if r.replica_of == key), key=lambda r: r.namespace)
     namespace_list = list(namespaces)
@@ -182,7 +202,7 @@ def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Name
             actions.append(Action("create", ns, source.name, "", "missing", key))
         elif current.replica_of != key:
             conflicts.append(Conflict(ns, source.name, key, current.replica_of))
-        elif current.content_hash != want:
+        elif not in_sync(current, want, admitted):
             actions.append(Action(_change(current, source), ns, source.name,
                                   current.resource_version, "differs from the source", key))
     wanted = set(targets)
@@ -200,7 +220,8 @@ def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Name
 def plan_target(namespace: str, name: str, current: CachedObject | None,
                 ns: Namespace | None, sources_named: Iterable[CachedObject],
                 lookup_source: Callable[[str], CachedObject | None],
-                home_of: Callable[[str], Namespace | None], scope: Scope) -> TargetPlan:
+                home_of: Callable[[str], Namespace | None], scope: Scope,
+                admitted: Admitted = nothing_admitted) -> TargetPlan:
     """Decide what object `namespace/name` must be, given every source called `name`.
 
     The replica already there keeps its source (its replica-of wins); with none there, the
@@ -228,7 +249,7 @@ def plan_target(namespace: str, name: str, current: CachedObject | None,
     owner = next((c for c in candidates if c.key == owner_key), None)
     if owner is not None:
         assert owner.source is not None
-        if current.content_hash == owner.source.content_hash:
+        if in_sync(current, owner.source.content_hash, admitted):
             return TargetPlan(namespace, name, owner=owner, conflicts=conflicts)
         return TargetPlan(namespace, name, Action(
             _change(current, owner), namespace, name, current.resource_version,

@@ -10,6 +10,14 @@ off the worker threads.
 Our own writes reach the cache only through the watch, a few milliseconds later. Until then
 `Expectations` remembers what we wrote, so a reconcile in that gap neither writes again nor
 conflicts with itself. It is the reconciler's memory, not the informer's cache.
+
+The server may keep something other than what we wrote: a mutating admission webhook or a
+policy engine that labels every ConfigMap. Writing the source's content again would be
+changed again, forever. So the replicator also remembers, per replica, what the server
+stored of its last write (`plan.in_sync` takes that as in sync until the source changes or
+someone else edits the replica) and says so once per source version, with a Warning Event
+`ReplicaMutated`. That memory is lost with the process: after a restart each such replica
+is written once more, and then remembered again.
 """
 
 from __future__ import annotations
@@ -24,7 +32,16 @@ from dataclasses import dataclass
 from configmirror.events import EventRecorder, ObjectRef
 from configmirror.kube import ApiError, Failure, Kube
 from configmirror.metrics import Metrics
-from configmirror.model import SOURCE, CachedObject, Caches, Key, target_key
+from configmirror.model import (
+    SOURCE,
+    CachedObject,
+    Caches,
+    Key,
+    admission_changes,
+    kept_as_written,
+    stored_hash,
+    target_key,
+)
 from configmirror.plan import Action, Conflict, desired_body, plan_source, plan_target
 from configmirror.reconcile import (
     ReconcileError,
@@ -38,6 +55,7 @@ from configmirror.spec import Scope
 log = logging.getLogger(__name__)
 
 REPLICATED = "Replicated"
+MUTATED = "ReplicaMutated"
 _ACTIONS = ("created", "updated", "deleted")
 
 
@@ -147,6 +165,10 @@ class Replicator:
         # target key -> the conflicts reported for the object version there.
         self._problem_reported: dict[str, tuple[str, str, str]] = {}
         self._conflicts_reported: dict[Key, tuple[str, frozenset[str]]] = {}
+        # Replica key -> (the source digest we wrote, the digest the server stored), for the
+        # writes admission changed (plan.Admitted); source key -> the digest reported for.
+        self._admitted: dict[str, tuple[str, str]] = {}
+        self._mutation_reported: dict[str, str] = {}
 
     def echo(self, obj: CachedObject) -> bool:
         """Whether a watch event's object is the echo of our own write (Expectations.echo)."""
@@ -164,8 +186,11 @@ class Replicator:
         plan = plan_source(key.object_key, self._caches.get(key.object_key),
                            self._caches.all_namespaces(), self._current,
                            self._caches.replicas_of(key.object_key), self.scope,
-                           self._kind.name)
+                           self._kind.name, self._admitted.get)
         source = self._caches.get(key.object_key)
+        if source is None and key.object_key in self._mutation_reported:
+            with self._lock:
+                self._mutation_reported.pop(key.object_key, None)
         problem = ("InvalidSpec", plan.invalid) if plan.invalid is not None else (
             "SourceNotAllowed", plan.not_allowed) if plan.not_allowed is not None else None
         if problem is not None:
@@ -199,10 +224,14 @@ class Replicator:
     # -- a target: decide one object, write at most once ------------------------------------
 
     def reconcile_target(self, key: Key) -> Result:
-        plan = plan_target(key.namespace, key.name, self._current(key.object_key),
+        current = self._current(key.object_key)
+        if current is None and key.object_key in self._admitted:
+            with self._lock:  # gone (with its namespace, say): nothing to remember of it
+                self._admitted.pop(key.object_key, None)
+        plan = plan_target(key.namespace, key.name, current,
                            self._caches.namespace(key.namespace),
                            self._caches.sources_named(key.name), self._caches.get,
-                           self._caches.namespace, self.scope)
+                           self._caches.namespace, self.scope, self._admitted.get)
         self._report_conflicts(key, plan.conflicts)
         if plan.action is None:
             return Result()
@@ -273,14 +302,40 @@ class Replicator:
             self._metrics.child(self._metrics.replica_writes, verb, self._kind.plural).inc()
         meta = written.get("metadata") or {}
         assert owner.source is not None
-        # What the informer will make of it: the server keeps what we wrote, so its digest is
-        # the source's (no need to hash the response).
+        namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        want = owner.source.content_hash
+        stored = want if kept_as_written(owner.source, written, self._kind) else \
+            stored_hash(written, self._kind)
+        if stored != want:
+            self._admission_changed(owner, f"{namespace}/{name}", want, stored, written)
+        elif f"{namespace}/{name}" in self._admitted:
+            with self._lock:
+                self._admitted.pop(f"{namespace}/{name}", None)
+        # What the informer will make of it: what the server stored.
         self._expectations.wrote(CachedObject(
-            namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
+            namespace=namespace, name=name,
             uid=str(meta.get("uid", "")), resource_version=str(meta.get("resourceVersion", "")),
             replica_of=owner.key, immutable=bool(written.get("immutable")),
-            content_hash=owner.source.content_hash, source=None,
-            type=str(written.get("type") or "")))
+            content_hash=stored, source=None, type=str(written.get("type") or "")))
+
+    def _admission_changed(self, owner: CachedObject, key: str, want: str, stored: str,
+                           written: dict[str, object]) -> None:
+        """The server stored our write of `want` at `key` as `stored`: remember it, so the
+        replica is not written again for it, and say so once per version of the source."""
+        assert owner.source is not None
+        with self._lock:
+            self._admitted[key] = (want, stored)
+            if self._mutation_reported.get(owner.key) == want:
+                return
+            self._mutation_reported[owner.key] = want
+        message = (f"the API server stored replica {key} other than it was written "
+                   f"({admission_changes(owner.source, written, self._kind)}): an admission "
+                   f"webhook or policy changes replicas. configmirror keeps what the server "
+                   f"stores, and writes a replica again only when the source changes or the "
+                   f"replica is edited")
+        log.warning("source %s: %s", owner.key, message)
+        if not self.dry_run:
+            self._recorder.warning(self._ref(owner), MUTATED, message)
 
     def _delete(self, action: Action) -> None:
         # Precondition on the version we planned from: a replica edited meanwhile gets a 409
@@ -297,6 +352,9 @@ class Replicator:
             self._metrics.child(self._metrics.replica_writes, "delete", self._kind.plural).inc()
         self._expectations.deleted(f"{action.namespace}/{action.name}",
                                    action.resource_version)
+        if f"{action.namespace}/{action.name}" in self._admitted:
+            with self._lock:
+                self._admitted.pop(f"{action.namespace}/{action.name}", None)
 
     def _failed(self, action: Action, err: ApiError, owner: ObjectRef | None,
                 source: CachedObject | None) -> ReconcileError | None:

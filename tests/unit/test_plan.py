@@ -10,19 +10,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from configmirror.model import (
+    CONFIGMAP,
     CONTENT_HASH,
     LAST_APPLIED,
     REPLICA_LABEL,
     REPLICA_OF,
     CachedObject,
     Namespace,
+    admission_changes,
     configmap_from_json,
+    kept_as_written,
     namespace_from_json,
+    stored_hash,
 )
 from configmirror.plan import (
     ReplicationPlan,
     TargetPlan,
     desired_body,
+    in_sync,
     plan_source,
     plan_target,
 )
@@ -463,3 +468,75 @@ def test_source_and_target_plans_agree_on_where_replicas_go(existing: list[str],
     one = target("cfg", where, by_ns.get(where), [src])
     in_whole = [(a.kind, a.namespace) for a in whole.actions if a.namespace == where]
     assert in_whole == ([(one.action.kind, where)] if one.action else [])
+
+
+# -- what admission made of our writes ----------------------------------------------------------
+
+
+def stamped(src: ConfigMap, namespace: str, stamp: str = "1") -> ConfigMap:
+    """A replica as a mutating webhook stored it: our write, plus a label and a stamp."""
+    body = copy.deepcopy(desired_body(src, namespace))
+    body["metadata"].update(uid=f"r-{namespace}", resourceVersion="21")
+    body["metadata"]["labels"] = {**body["metadata"]["labels"], "policy.example/owner": "team"}
+    body["metadata"]["annotations"] = {**body["metadata"]["annotations"],
+                                       "policy.example/stamp": stamp}
+    return configmap_from_json(body)
+
+
+def test_a_replica_stored_other_than_written_is_in_sync_only_as_the_server_stored_it() -> None:
+    src = source({REPLICATE_TO: "a,b"})
+    assert src.source is not None
+    want = src.source.content_hash
+    mutated = stamped(src, "a")
+    assert mutated.content_hash != want, "the webhook's change is in the replica's digest"
+    assert not in_sync(mutated, want), "unknown to us, it is drift"
+    admitted = {"a/cfg": (want, mutated.content_hash)}.get
+    assert in_sync(mutated, want, admitted)
+    assert target("cfg", "a", mutated, [src]).action is not None
+    with_memory = plan_target("a", "cfg", mutated, ns("a"), [src], {src.key: src}.get,
+                              {"a": ns("a"), "src": ns("src")}.get, SCOPE, admitted)
+    assert with_memory.action is None and with_memory.owner is src
+    assert kinds(plan_source(KEY, src, [ns("src"), ns("a"), ns("b")],
+                             {mutated.key: mutated}.get, [mutated], SCOPE,
+                             admitted=admitted)) == [("create", "b")]
+
+
+def test_a_stored_replica_edited_again_or_an_edited_source_is_drift_once_more() -> None:
+    src = source({REPLICATE_TO: "a"})
+    assert src.source is not None
+    mutated = stamped(src, "a")
+    admitted = {"a/cfg": (src.source.content_hash, mutated.content_hash)}.get
+    edited = replica_of(src, "a", data={"k": "hand-edited"})
+    assert not in_sync(edited, src.source.content_hash, admitted)
+    restamped = stamped(src, "a", stamp="2")  # a webhook that stamps each write anew
+    assert not in_sync(restamped, src.source.content_hash, admitted)
+    newer = source({REPLICATE_TO: "a"}, data={"k": "v2"})
+    assert newer.source is not None
+    assert not in_sync(mutated, newer.source.content_hash, admitted)
+
+
+def test_what_admission_changed_is_named_by_keys_never_by_values() -> None:
+    src = source({REPLICATE_TO: "a"}, data={"k": "secret-value", "gone": "x"})
+    assert src.source is not None
+    body = copy.deepcopy(desired_body(src, "a"))
+    body["metadata"]["labels"]["policy.example/owner"] = "team"
+    body["metadata"]["annotations"][CONTENT_HASH] = "whatever"  # ours: not compared
+    body["data"] = {"k": "changed-value", "added": "y"}
+    body["immutable"] = True
+    said = admission_changes(src.source, body, CONFIGMAP)
+    assert said == ("label policy.example/owner added, data key added added, "
+                    "data key gone removed, data key k changed, immutable changed")
+    assert "value" not in said and "team" not in said
+    assert admission_changes(src.source, desired_body(src, "a"), CONFIGMAP) == \
+        "nothing that is compared"
+    assert stored_hash(desired_body(src, "a"), CONFIGMAP) == src.source.content_hash
+
+
+def test_a_replica_kept_as_written_is_told_apart_without_hashing() -> None:
+    src = source({REPLICATE_TO: "a"}, data={"k": "v"})
+    assert src.source is not None
+    body = copy.deepcopy(desired_body(src, "a"))
+    body["metadata"].update(uid="u", resourceVersion="7", creationTimestamp="2026-12-01T00:00:00Z")
+    assert kept_as_written(src.source, body, CONFIGMAP)
+    body["metadata"]["labels"]["policy.example/owner"] = "team"
+    assert not kept_as_written(src.source, body, CONFIGMAP)
