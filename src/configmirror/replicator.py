@@ -188,8 +188,9 @@ class Replicator:
                            self._caches.replicas_of(key.object_key), self.scope,
                            self._kind.name, self._admitted.get)
         source = self._caches.get(key.object_key)
-        if source is None and key.object_key in self._mutation_reported:
-            with self._lock:
+        if (source is None or source.source is None) and key.object_key in \
+                self._mutation_reported:
+            with self._lock:  # no longer a source: its next version reports afresh
                 self._mutation_reported.pop(key.object_key, None)
         problem = ("InvalidSpec", plan.invalid) if plan.invalid is not None else (
             "SourceNotAllowed", plan.not_allowed) if plan.not_allowed is not None else None
