@@ -11,7 +11,6 @@ import http.server
 import json
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from kubernetes import client
 
 from configmirror.model import REPLICA_LABEL
 from configmirror.spec import REPLICATE_TO_MATCHING
+from configmirror_testing.localserver import LocalServer
 from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster, Namespaces, unique_name
 from tests.e2e.conftest import Operator, Operators, configmap, events, read
@@ -77,18 +77,11 @@ class Webhook:
 
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.cert, key)
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05})
-        self.thread.start()
-        self.url = f"https://127.0.0.1:{self.server.server_address[1]}/mutate"
+        self.local = LocalServer(Handler, tls=context)
+        self.url = f"{self.local.url}/mutate"
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+        self.local.stop()
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from configmirror.kube import (
     classify,
     resource_of,
 )
+from configmirror_testing.localserver import LocalServer
 
 
 @pytest.mark.parametrize(("status", "failure"), [
@@ -118,17 +119,11 @@ class Server:
                 super().shutdown_request(request)  # the socket is closed only here, after
                 outer.hung_up.set()                # the handler's finish(): signal then
 
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05})
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.local = LocalServer(Handler, server_class=HTTPServer)
+        self.url = self.local.url
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+        self.local.stop()
 
 
 @pytest.fixture
