@@ -243,15 +243,15 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules = DEFAULT_RULES,
         resource_version=str(meta.get("resourceVersion", "")),
         replica_of=sys.intern(annotations[REPLICA_OF]) if is_replica else None,
         immutable=bool(raw.get("immutable")),
-        content_hash=content_hash(_payload(raw, kind), labels, annotations)
-        if is_replica else "",
+        content_hash=replica_hash(raw, kind) if is_replica else "",
         source=source,
         type=str(raw.get("type") or "Opaque") if kind is SECRET else "",
     )
 
 
-def stored_hash(raw: Mapping[str, Any], kind: Kind) -> str:
-    """The digest of a replica as the server returned it (as `object_from_json` makes it)."""
+def replica_hash(raw: Mapping[str, Any], kind: Kind) -> str:
+    """The digest of a replica as the server holds it (a watched object, or a write's answer),
+    to compare with its source's `content_hash`."""
     meta = raw.get("metadata") or {}
     return content_hash(_payload(raw, kind), meta.get("labels") or {},
                         meta.get("annotations") or {})

@@ -3,8 +3,8 @@
 `plan_source` says what reconciling one source would change; the `plan` command prints it,
 and the source reconcile turns its actions into target keys. `plan_target` says the same for
 one target object, including which source owns it; a target reconcile applies it. Both decide
-where replicas belong with one predicate, `wants`, and whether a replica is in sync with
-another, `in_sync`.
+where replicas belong with one predicate, `wants`, and whether a replica holds what its source
+asks with another, `in_sync`.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from configmirror.model import (
     Key,
     admission_changes,
     kept_as_written,
-    stored_hash,
+    replica_hash,
     target_key,
 )
 from configmirror.plan import Action, Conflict, desired_body, plan_source, plan_target
@@ -226,9 +226,8 @@ class Replicator:
 
     def reconcile_target(self, key: Key) -> Result:
         current = self._current(key.object_key)
-        if current is None and key.object_key in self._admitted:
-            with self._lock:  # gone (with its namespace, say): nothing to remember of it
-                self._admitted.pop(key.object_key, None)
+        if current is None:
+            self._forget_admitted(key.object_key)  # gone (with its namespace, say)
         plan = plan_target(key.namespace, key.name, current,
                            self._caches.namespace(key.namespace),
                            self._caches.sources_named(key.name), self._caches.get,
@@ -306,12 +305,11 @@ class Replicator:
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         want = owner.source.content_hash
         stored = want if kept_as_written(owner.source, written, self._kind) else \
-            stored_hash(written, self._kind)
+            replica_hash(written, self._kind)
         if stored != want:
             self._admission_changed(owner, f"{namespace}/{name}", want, stored, written)
-        elif f"{namespace}/{name}" in self._admitted:
-            with self._lock:
-                self._admitted.pop(f"{namespace}/{name}", None)
+        else:
+            self._forget_admitted(f"{namespace}/{name}")
         # What the informer will make of it: what the server stored.
         self._expectations.wrote(CachedObject(
             namespace=namespace, name=name,
@@ -338,6 +336,11 @@ class Replicator:
         if not self.dry_run:
             self._recorder.warning(self._ref(owner), MUTATED, message)
 
+    def _forget_admitted(self, key: str) -> None:
+        if key in self._admitted:  # rarely: only where admission changed a write (no lock)
+            with self._lock:
+                self._admitted.pop(key, None)
+
     def _delete(self, action: Action) -> None:
         # Precondition on the version we planned from: a replica edited meanwhile gets a 409
         # and is planned again, never deleted blindly.
@@ -353,9 +356,7 @@ class Replicator:
             self._metrics.child(self._metrics.replica_writes, "delete", self._kind.plural).inc()
         self._expectations.deleted(f"{action.namespace}/{action.name}",
                                    action.resource_version)
-        if f"{action.namespace}/{action.name}" in self._admitted:
-            with self._lock:
-                self._admitted.pop(f"{action.namespace}/{action.name}", None)
+        self._forget_admitted(f"{action.namespace}/{action.name}")
 
     def _failed(self, action: Action, err: ApiError, owner: ObjectRef | None,
                 source: CachedObject | None) -> ReconcileError | None:

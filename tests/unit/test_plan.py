@@ -21,7 +21,7 @@ from configmirror.model import (
     configmap_from_json,
     kept_as_written,
     namespace_from_json,
-    stored_hash,
+    replica_hash,
 )
 from configmirror.plan import (
     ReplicationPlan,
@@ -529,7 +529,7 @@ def test_what_admission_changed_is_named_by_keys_never_by_values() -> None:
     assert "value" not in said and "team" not in said
     assert admission_changes(src.source, desired_body(src, "a"), CONFIGMAP) == \
         "nothing that is compared"
-    assert stored_hash(desired_body(src, "a"), CONFIGMAP) == src.source.content_hash
+    assert replica_hash(desired_body(src, "a"), CONFIGMAP) == src.source.content_hash
 
 
 def test_a_replica_kept_as_written_is_told_apart_without_hashing() -> None:
