@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from configmirror.kube import ApiError, Kube, load_configuration
-from configmirror.model import REPLICA_LABEL, configmap_from_json
+from configmirror.model import CONFIGMAP, REPLICA_LABEL
 from configmirror.plan import desired_body
 from configmirror.settings import Settings
 from configmirror.spec import REPLICATE_TO
 from configmirror_testing.controlplane import ControlPlane, find_assets
+from configmirror_testing.objects import cached
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.wait import wait_for
 
@@ -96,12 +97,6 @@ class BenchCluster:
             body={"metadata": {"name": n, "annotations": {REPLICATE_TO: targets}},
                   "data": {"payload": "x" * payload}}), names, 8)
         return names
-
-    def delete_replicas(self, namespaces: Iterable[str], watcher: ReplicaWatcher) -> None:
-        for ns in namespaces:
-            self.kube.request("delete", f"/api/v1/namespaces/{ns}/configmaps",
-                              {"labelSelector": REPLICA_SELECTOR}, timeout=120)
-        wait(lambda: watcher.live() == 0, 300, "replicas to be deleted")
 
     def audit(self, user_agent: str, since: float = 0.0) -> Counter[tuple[str, str]] | None:
         """Requests by (verb, resource) from clients whose user agent starts with
@@ -391,7 +386,7 @@ def replica_body(source_namespace: str, name: str, namespace: str,
                         "resourceVersion": "1",
                         "annotations": {REPLICATE_TO: "*"}},
            "data": {"payload": "x" * payload}}
-    source = configmap_from_json(raw)
+    source = cached(raw, CONFIGMAP)
     return desired_body(source, namespace)
 
 

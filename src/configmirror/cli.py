@@ -21,30 +21,11 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from configmirror import __version__
-from configmirror.informer import Informer
-from configmirror.kube import (
-    NAMESPACES,
-    ApiError,
-    ConfigError,
-    Kube,
-    load_configuration,
-)
-from configmirror.model import (
-    CONFIGMAP,
-    SECRET,
-    CachedObject,
-    Caches,
-    Kind,
-    Namespace,
-    ObjectCache,
-    namespace_from_json,
-    object_indexers,
-    object_transform,
-)
-from configmirror.plan import ReplicationPlan, plan_source
+from configmirror.caches import ClusterCache, Replicated, replicated_kinds
+from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
+from configmirror.plan import ReplicationPlan, nothing_admitted, plan_source
 from configmirror.settings import Settings
-from configmirror.spec import InvalidSpec, ReplicaRules, Scope
-from configmirror.store import Store, StoresByName
+from configmirror.spec import InvalidSpec, ReplicaRules
 
 ENV_PREFIX = "CONFIGMIRROR_"
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -184,13 +165,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         if address not in ("", "0") and not address.rpartition(":")[2].isdigit():
             raise UsageError(f"--{flag.replace('_', '-')} must be host:port or '0', "
                              f"got {address!r}")
-    _scopes(settings)
+    _kinds(settings)
     _rules(settings)
     return settings
 
 
-def _scopes(settings: Settings) -> dict[Kind, Scope]:
-    """The scope of each kind replicated: ConfigMaps, and Secrets when named."""
+def _kinds(settings: Settings) -> list[Replicated]:
+    """The kinds replicated (ConfigMaps, and Secrets when named), or the flag at fault."""
     if settings.secrets and not settings.secret_source_namespaces.strip():
         raise UsageError("--secret-names needs --secret-source-namespaces (which namespaces "
                          "may hold those Secrets as sources)")
@@ -198,10 +179,7 @@ def _scopes(settings: Settings) -> dict[Kind, Scope]:
         if not _DNS_NAME.fullmatch(name):
             raise UsageError(f"--secret-names: {name!r} is not a Secret name")
     try:
-        scopes = {CONFIGMAP: Scope.from_settings(settings)}
-        if settings.secrets:
-            scopes[SECRET] = Scope.from_settings(settings, secrets=True)
-        return scopes
+        return replicated_kinds(settings)
     except InvalidSpec as err:
         raise UsageError(str(err)) from None
 
@@ -245,35 +223,22 @@ def _run(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    scopes = _scopes(settings)
-    rules = _rules(settings)
     kube = _connect(settings, pool_size=2, limited=False)
-    namespaces: Store[Namespace] = Store()
-    caches: list[tuple[Caches, Scope]] = []
+    # The operator's own caches, listed once (Secrets one name at a time, as it watches them).
+    cache = ClusterCache(kube, _kinds(settings), _rules(settings))
     try:
-        Informer(kube, NAMESPACES, namespace_from_json, namespaces, _ignore,
-                 "namespaces").list_once()
-        for kind, scope in scopes.items():
-            # Secrets one name at a time, as the operator watches them: never all Secrets.
-            names = settings.secrets if kind is SECRET else [""]
-            stores = {n: Store[CachedObject](object_indexers()) for n in names}
-            for name, store in stores.items():
-                Informer(kube, kind.resource.collection(), object_transform(kind, rules), store,
-                         _ignore, kind.plural, query={"fieldSelector": f"metadata.name={name}"}
-                         if name else None).list_once()
-            objects: ObjectCache = stores[""] if names == [""] else StoresByName(stores)
-            caches.append((Caches(objects, namespaces, kind), scope))
+        cache.list_once()
     except ApiError as err:
         raise UsageError(f"cannot list {err}") from None
     finally:
         kube.close()
     plans = []
-    for cache, scope in caches:
-        keys = {source.key for source in cache.sources()} | set(cache.replicated_sources())
+    for cached in cache.kinds.values():
+        world = cached.caches
+        keys = {source.key for source in world.sources()} | set(world.replicated_sources())
         if args.namespace:
             keys = {k for k in keys if k.split("/", 1)[0] == args.namespace}
-        plans += [plan_source(key, cache.get(key), cache.all_namespaces(), cache.get,
-                              cache.replicas_of(key), scope, cache.kind.name)
+        plans += [plan_source(key, world, world.get, cached.scope, nothing_admitted)
                   for key in sorted(keys)]
     in_sync = all(p.in_sync for p in plans)
     if args.output == "json":
@@ -282,10 +247,6 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         _print_plans(plans)
     return 0 if in_sync else EXIT_OUT_OF_SYNC
-
-
-def _ignore(_old: object, _new: object) -> None:
-    """plan lists once and reports nothing as it goes."""
 
 
 def _print_plans(plans: list[ReplicationPlan]) -> None:

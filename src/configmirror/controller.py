@@ -10,32 +10,24 @@ reconcileHandler):
 - RetryableError (a conflict): retry with per-key backoff; after --max-retries, give it up
   until its next change (a Warning Event says so).
 - TerminalError (forbidden, invalid): forget it; it was reported where it happened.
-- ServerUnavailable (no answer, 429, 5xx): not the key's fault, so it never counts toward
-  giving up. The key waits, with every other key that met the outage, while one of them
-  probes the server with backoff capped at 30 s. The first sign that the server answers
-  again (a write, any API answer, an informer that reconnects) releases them all at once.
+- requeue after a delay: forget its failures, see it again then.
 - anything else is a bug: traceback in the log, a counted panic, and a retry like a conflict.
+
+An API server that does not answer is not a key's fault: `servergate.ServerGate`, wrapped
+around the reconciler, holds such keys back, so they never reach these cases as errors.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from configmirror.clock import Clock, RealClock
 from configmirror.events import EventRecorder
 from configmirror.metrics import Metrics
-from configmirror.reconcile import (
-    ReconcileError,
-    Result,
-    RetryableError,
-    ServerUnavailable,
-    TerminalError,
-)
+from configmirror.reconcile import ReconcileError, Result, RetryableError, TerminalError
 from configmirror.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -44,33 +36,12 @@ K = TypeVar("K", bound=Hashable)
 Reconcile = Callable[[K], Result]
 
 
-class ServerBackoff:
-    """How long the probe waits after each failed attempt: 0.25 s doubling to `cap` (30 s),
-    jittered by up to a tenth so that many operators do not knock in step."""
-
-    def __init__(self, initial: float = 0.25, cap: float = 30.0,
-                 rng: random.Random | None = None) -> None:
-        self._initial = initial
-        self._cap = cap
-        self._rng = rng or random.Random()
-        self._next = initial
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._next * 2, self._cap)
-        return min(delay * (1 + self._rng.random() / 10), self._cap)
-
-    def reset(self) -> None:
-        self._next = self._initial
-
-
 class Controller(Generic[K]):
     """Runs `reconcile` for queued keys on `workers` threads, never two for one key."""
 
     def __init__(self, name: str, queue: WorkQueue[K], reconcile: Reconcile[K],
                  workers: int = 4, metrics: Metrics | None = None,
-                 recorder: EventRecorder | None = None, clock: Clock | None = None,
-                 server_backoff: ServerBackoff | None = None) -> None:
+                 recorder: EventRecorder | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.name = name
@@ -79,18 +50,9 @@ class Controller(Generic[K]):
         self._workers = workers
         self._metrics = metrics or Metrics()
         self._recorder = recorder
-        self._clock = clock or RealClock()
         self._threads: list[threading.Thread] = []
         self._started = False
         self._stopping = threading.Event()
-        # Keys that met an unavailable server, waiting for it to answer. One of them, the
-        # probe, is retried with backoff; the others are released when it (or anything else)
-        # gets an answer.
-        self._lock = threading.Lock()
-        self._waiting: set[K] = set()
-        self._probe: K | None = None
-        self._backoff = server_backoff or ServerBackoff()
-        self._outage_since: float | None = None
         self._metrics.max_concurrent_reconciles.labels(name).set(workers)
         # Active workers are the queue's keys in flight, read at scrape time rather than
         # counted up and down (two locks) around every reconcile.
@@ -134,28 +96,6 @@ class Controller(Generic[K]):
     def alive_workers(self) -> int:
         return sum(t.is_alive() for t in self._threads)
 
-    def waiting_for_server(self) -> int:
-        """Keys waiting for the API server to answer again."""
-        with self._lock:
-            return len(self._waiting)
-
-    def server_answered(self) -> None:
-        """The API server answers (an informer reconnected, a request got through): every key
-        that waited for it goes back in the queue now."""
-        if self._outage_since is None:
-            return  # no outage, the common case: no lock (keys wait only during one)
-        with self._lock:
-            if self._outage_since is None:
-                return
-            keys, self._waiting, self._probe = self._waiting, set(), None
-            self._backoff.reset()
-            since, self._outage_since = self._outage_since, None
-        took = self._clock.now() - since if since is not None else 0.0
-        log.info("controller %s: the API server answers again after %.1f s; retrying %d "
-                 "key(s)", self.name, took, len(keys))
-        for key in keys:
-            self.queue.add(key)
-
     # -- one worker ---------------------------------------------------------------------------
 
     def _work(self, worker: str) -> None:
@@ -177,32 +117,16 @@ class Controller(Generic[K]):
 
     def _handle(self, key: K, worker: str) -> None:
         counted = self._outcomes
-        probing = False
-        if self._outage_since is not None:  # keys wait, and a probe exists, only in an outage
-            with self._lock:
-                self._waiting.discard(key)  # it is being tried now; a failure puts it back
-                probing = key == self._probe
         try:
             result = self._reconcile(key)
-        except ServerUnavailable as err:
-            self._metrics.reconcile_errors.labels(self.name).inc()
-            counted["error"].inc()
-            self._wait_for_server(key, err)
-            return
         except Exception as err:
             self._metrics.reconcile_errors.labels(self.name).inc()
             counted["error"].inc()
-            if isinstance(err, ReconcileError):
-                self.server_answered()  # these come from an answer, or from the cache
             self._failed(key, err)
             return
         self.queue.forget(key)
         if result.changed:
             self._changes[worker].inc()
-        if result.changed or probing:
-            # A write got through, or the probe found nothing left to write: either way the
-            # keys that waited have no reason to wait longer.
-            self.server_answered()
         for follow_up in result.follow_up:
             self.queue.add(follow_up)  # type: ignore[arg-type]
         if result.requeue_after is not None and result.requeue_after > 0:
@@ -233,18 +157,3 @@ class Controller(Generic[K]):
         if subject is not None and self._recorder is not None:
             self._recorder.warning(subject, "ReplicationFailed",
                                    f"giving up until the next change or resync: {err}")
-
-    def _wait_for_server(self, key: K, err: ServerUnavailable) -> None:
-        with self._lock:
-            self._waiting.add(key)
-            if self._probe is not None and self._probe != key:
-                return  # another key is probing; this one waits for its answer
-            self._probe = key
-            first = self._outage_since is None
-            if first:
-                self._outage_since = self._clock.now()
-            delay = max(self._backoff.next(), err.retry_after or 0.0)
-        if first:
-            log.warning("controller %s: the API server does not answer (%s); waiting for it "
-                        "(logged once until it answers)", self.name, err)
-        self.queue.add_after(key, delay)

@@ -45,16 +45,16 @@ class Referable(Protocol):
 class ObjectRef:
     """The object an Event is about."""
 
+    kind: str  # ConfigMap, Secret, Namespace: always said, never assumed
     namespace: str
     name: str
     uid: str
     resource_version: str
-    kind: str = "ConfigMap"
     api_version: str = "v1"
 
     @classmethod
-    def of(cls, obj: Referable, kind: str = "ConfigMap") -> ObjectRef:
-        return cls(obj.namespace, obj.name, obj.uid, obj.resource_version, kind)
+    def of(cls, obj: Referable, kind: str) -> ObjectRef:
+        return cls(kind, obj.namespace, obj.name, obj.uid, obj.resource_version)
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,6 @@ class EventRecorder:
         self._thread: threading.Thread | None = None
 
     # -- what callers use (never blocks on the API) ----------------------------------------
-
-    def normal(self, ref: ObjectRef, reason: str, message: str) -> None:
-        self._put(_Event(ref, "Normal", reason, message[:MAX_MESSAGE]))
 
     def warning(self, ref: ObjectRef, reason: str, message: str) -> None:
         self._put(_Event(ref, "Warning", reason, message[:MAX_MESSAGE]))

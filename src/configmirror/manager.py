@@ -11,7 +11,6 @@ servers, exit 0.
 
 from __future__ import annotations
 
-import functools
 import logging
 import secrets
 import socket
@@ -19,53 +18,28 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from configmirror.caches import ClusterCache, replicated_kinds
 from configmirror.clock import Clock, RealClock
 from configmirror.controller import Controller
 from configmirror.events import EventRecorder
-from configmirror.informer import Informer
-from configmirror.kube import NAMESPACES, Kube
+from configmirror.kube import Kube
 from configmirror.leaderelection import LeaderElector
 from configmirror.metrics import Metrics
-from configmirror.model import (
-    CONFIGMAP,
-    SECRET,
-    CachedObject,
-    Caches,
-    Key,
-    Kind,
-    Namespace,
-    ObjectCache,
-    namespace_from_json,
-    object_indexers,
-    object_transform,
-)
+from configmirror.model import CachedObject, Key, Kind, Namespace
 from configmirror.ratelimit import default_controller_rate_limiter
 from configmirror.reconcile import Result
 from configmirror.replicator import Expectations, Replicator
 from configmirror.routing import namespace_keys, object_keys
+from configmirror.servergate import ServerGate
 from configmirror.settings import Settings
-from configmirror.spec import ReplicaRules, Scope
-from configmirror.store import Store, StoresByName
+from configmirror.spec import ReplicaRules
 from configmirror.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 SYNC_TIMEOUT = 120.0
-
-
-class Replication:
-    """One kind's part of the operator: its informers (one per Secret name, or one for all
-    ConfigMaps), the cache they fill, and the replicator that reads it."""
-
-    def __init__(self, kind: Kind, informers: dict[str, Informer[CachedObject]],
-                 caches: Caches, replicator: Replicator) -> None:
-        self.kind = kind
-        self.informers = informers
-        self.caches = caches
-        self.replicator = replicator
 
 
 class Manager:
@@ -78,26 +52,28 @@ class Manager:
         self.metrics = metrics or Metrics()
         self.metrics.count_requests(kube.counts)
         self._clock = clock or RealClock()
-        self.namespaces: Store[Namespace] = Store()
         self.queue: WorkQueue[Key] = WorkQueue(
             max_retries=settings.max_retries,
             rate_limiter=default_controller_rate_limiter(self._clock),
             clock=self._clock, metrics=self.metrics.queue("configmirror"))
         self.recorder = EventRecorder(kube, on_dropped=self.metrics.events_dropped.inc)
-        self.namespace_informer: Informer[Namespace] = Informer(
-            kube, NAMESPACES, namespace_from_json, self.namespaces, self._on_namespace,
-            "namespaces", self.metrics, self._clock, on_recovered=self._server_answered)
-        rules = ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations)
-        self.kinds: dict[str, Replication] = {CONFIGMAP.plural: self._replication(
-            CONFIGMAP, [""], rules, Scope.from_settings(settings))}
-        if settings.secrets:  # off unless an admin names them: never list a Secret otherwise
-            self.kinds[SECRET.plural] = self._replication(
-                SECRET, settings.secrets, rules, Scope.from_settings(settings, secrets=True))
-        self.informers: list[Informer[Any]] = [self.namespace_informer, *(
-            i for r in self.kinds.values() for i in r.informers.values())]
+        self.cache = ClusterCache(
+            kube, replicated_kinds(settings),
+            ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations),
+            self._on_object, self._on_namespace, self.metrics, self._clock,
+            settings.resync_period, self._server_answered)
+        self.informers = self.cache.informers
+        self.replicators: dict[Kind, Replicator] = {
+            kind: Replicator(kube, cached.caches, cached.scope, self.recorder,
+                             Expectations(cached.watermark), self.metrics, settings.dry_run,
+                             cached.watching)
+            for kind, cached in self.cache.kinds.items()}
+        # Keys that meet an API server that does not answer wait for it, uncounted.
+        self.gate: ServerGate[Key] = ServerGate("configmirror", self._reconcile,
+                                                self.queue.add, self._clock)
         self.controller: Controller[Key] = Controller(
-            "configmirror", self.queue, self._reconcile, settings.workers, self.metrics,
-            self.recorder, self._clock)
+            "configmirror", self.queue, self.gate.reconcile, settings.workers, self.metrics,
+            self.recorder)
         self.metrics.observe_pending(self._pending)
         self.elector: LeaderElector | None = None
         if settings.leader_elect:
@@ -111,73 +87,39 @@ class Manager:
         self._lost = threading.Event()
         self._workers_started = False
 
-    def _replication(self, kind: Kind, names: list[str], rules: ReplicaRules,
-                     scope: Scope) -> Replication:
-        """`kind`'s informers, cache and replicator. names [""]: one informer for every
-        object; otherwise one per name, each watching that name only (which RBAC's
-        resourceNames can authorize)."""
-        stores: dict[str, Store[CachedObject]] = {n: Store(object_indexers()) for n in names}
-        informers: dict[str, Informer[CachedObject]] = {name: Informer(
-            self.kube, kind.resource.collection(), object_transform(kind, rules), store,
-            functools.partial(self._on_object, kind.plural),
-            kind.plural + (f":{name}" if name else ""), self.metrics, self._clock,
-            resync_period=self.settings.resync_period, on_recovered=self._server_answered,
-            query={"fieldSelector": f"metadata.name={name}"} if name else None)
-            for name, store in stores.items()}
-
-        def informer_of(key: str) -> Informer[CachedObject] | None:
-            """The informer that holds object `key` ("ns/name")."""
-            return informers.get(key.rsplit("/", 1)[-1]) or informers.get("")
-
-        def watermark(key: str) -> int:
-            informer = informer_of(key)
-            return informer.watermark() if informer is not None else 0
-
-        def watching(key: str) -> bool:
-            informer = informer_of(key)
-            return informer is not None and informer.watching()
-
-        cache: ObjectCache = stores[""] if names == [""] else StoresByName(stores)
-        caches = Caches(cache, self.namespaces, kind)
-        return Replication(kind, informers, caches, Replicator(
-            self.kube, caches, scope, self.recorder, Expectations(watermark), self.metrics,
-            self.settings.dry_run, watching))
-
     # -- event handlers: map every change to the keys it may affect -----------------------
 
-    def _on_object(self, resource: str, old: CachedObject | None,
+    def _on_object(self, kind: Kind, old: CachedObject | None,
                    new: CachedObject | None) -> None:
-        replication = self.kinds[resource]
-        if new is not None and replication.replicator.echo(new):
+        replicator = self.replicators[kind]
+        if new is not None and replicator.echo(new):
             # The watch delivering a replica exactly as a worker just wrote it: that worker
             # has reconciled the key, and a change since would be another version. Waking
             # it again would be a reconcile with nothing to do for every write (half the
             # workers' CPU in a fan-out; docs/benchmarks.md).
             return
-        caches = replication.caches
-        for key in object_keys(old, new, caches.sources_named, resource):
+        for key in object_keys(kind, old, new, self.cache.kinds[kind].caches.sources_named):
             self.queue.add(key)
 
     def _on_namespace(self, old: Namespace | None, new: Namespace | None) -> None:
-        for resource, replication in self.kinds.items():
-            caches = replication.caches
-            for key in namespace_keys(old, new, caches.sources(), caches.namespace,
-                                      replication.replicator.scope, resource):
+        for kind, cached in self.cache.kinds.items():
+            caches = cached.caches
+            for key in namespace_keys(kind, old, new, caches.sources(), caches.namespace,
+                                      cached.scope):
                 self.queue.add(key)
 
     def _reconcile(self, key: Key) -> Result:
         self.metrics.child(self.metrics.reconciles, key.role).inc()
-        return self.kinds[key.resource].replicator.reconcile(key)
+        return self.replicators[key.kind].reconcile(key)
 
     def _server_answered(self) -> None:
-        if self._workers_started:
-            self.controller.server_answered()
+        self.gate.answered()  # an informer reconnected: no key need wait for the server
 
     def _pending(self) -> dict[str, int]:
         """Work not finished yet, for configmirror_work_pending (the idle probe)."""
         queued, in_flight, delayed = self.queue.counts()
         return {"queued": queued, "in_flight": in_flight, "delayed": delayed,
-                "waiting_for_server": self.controller.waiting_for_server(),
+                "waiting_for_server": self.gate.waiting(),
                 "events": self.recorder.pending(),
                 "notifications": sum(i.pending() for i in self.informers)}
 
@@ -196,8 +138,8 @@ class Manager:
                     return 1
                 return 0
             log.info("caches synced: %s, %d namespaces", ", ".join(
-                f"{len(r.caches.objects)} {r.kind.plural}" for r in self.kinds.values()),
-                len(self.namespaces))
+                f"{len(c.caches.objects)} {kind.plural}" for kind, c in self.cache.kinds.items()),
+                len(self.cache.namespaces))
             if self.elector is not None:
                 self.elector.start()
                 log.info("waiting to become leader (lease %s/%s)",
@@ -272,10 +214,6 @@ class Manager:
             server.start()
             self._servers.append(server)
             log.info("serving %s on %s", ", ".join(sorted(paths)), server.address)
-
-    @property
-    def http_addresses(self) -> list[str]:
-        return [s.address for s in self._servers]
 
 
 def _probe(ok: bool) -> tuple[int, str, bytes]:

@@ -53,9 +53,14 @@ TARGET = "target"
 SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Kind:
-    """What is replicated: its API resource and the top-level fields a replica copies."""
+    """What is replicated: its API resource and the top-level fields a replica copies.
+
+    There are two, CONFIGMAP and SECRET, and every function that depends on the kind takes
+    one explicitly (none defaults to a ConfigMap). Compared and hashed by identity: a key
+    holding one hashes as fast as one holding a string.
+    """
 
     resource: Resource
     payload: tuple[str, ...]  # in the order the content hash takes them
@@ -72,7 +77,6 @@ class Kind:
 CONFIGMAP = Kind(CONFIGMAPS, ("data", "binaryData", "immutable"))
 # A Secret's type cannot change in place, so a replica whose type must change is recreated.
 SECRET = Kind(SECRETS, ("data", "type", "immutable"))
-KINDS = {kind.plural: kind for kind in (CONFIGMAP, SECRET)}
 
 
 class Key(NamedTuple):
@@ -83,7 +87,7 @@ class Key(NamedTuple):
     """
 
     role: str       # SOURCE or TARGET
-    resource: str   # "configmaps" or "secrets": a ConfigMap and a Secret of one name are apart
+    kind: Kind      # a ConfigMap and a Secret of one name are apart
     namespace: str
     name: str
 
@@ -92,15 +96,15 @@ class Key(NamedTuple):
         return f"{self.namespace}/{self.name}"
 
     def __str__(self) -> str:
-        return f"{self.role} {self.resource} {self.namespace}/{self.name}"
+        return f"{self.role} {self.kind.plural} {self.namespace}/{self.name}"
 
 
-def source_key(namespace: str, name: str, resource: str = "configmaps") -> Key:
-    return Key(SOURCE, resource, namespace, name)
+def source_key(kind: Kind, namespace: str, name: str) -> Key:
+    return Key(SOURCE, kind, namespace, name)
 
 
-def target_key(namespace: str, name: str, resource: str = "configmaps") -> Key:
-    return Key(TARGET, resource, namespace, name)
+def target_key(kind: Kind, namespace: str, name: str) -> Key:
+    return Key(TARGET, kind, namespace, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +144,9 @@ class CachedObject:
     replica_of: str | None  # set only when it carries our label AND annotation
     immutable: bool
     content_hash: str       # of what it holds (replicas only, else "")
-    source: Source | None   # set only for sources
+    compiled: Source | None  # set only for sources: what the object asks of its replicas
     type: str = ""          # a Secret's type ("" for a ConfigMap)
+    created: str = ""       # a source's creationTimestamp (the older of two sources wins)
 
     @property
     def key(self) -> str:
@@ -181,8 +186,7 @@ def _kept(items: Mapping[str, str], copy: Patterns, drop: Patterns) -> dict[str,
 
 
 def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str, str],
-                   raw: Mapping[str, Any], rules: ReplicaRules = DEFAULT_RULES,
-                   kind: Kind = CONFIGMAP) -> Source:
+                   raw: Mapping[str, Any], rules: ReplicaRules, kind: Kind) -> Source:
     """Parse a source's spec and work out its replicas' content, once per version.
 
     A replica carries the source's labels and annotations that its copy patterns select,
@@ -216,27 +220,20 @@ def object_transform(kind: Kind, rules: ReplicaRules) -> Callable[[dict[str, Any
     return lambda raw: object_from_json(raw, rules, kind)
 
 
-def configmap_transform(rules: ReplicaRules) -> Callable[[dict[str, Any]], CachedObject]:
-    return object_transform(CONFIGMAP, rules)
-
-
-def configmap_from_json(raw: dict[str, Any], rules: ReplicaRules = DEFAULT_RULES
-                        ) -> CachedObject:
-    return object_from_json(raw, rules, CONFIGMAP)
-
-
-def object_from_json(raw: dict[str, Any], rules: ReplicaRules = DEFAULT_RULES,
-                     kind: Kind = CONFIGMAP) -> CachedObject:
+def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind) -> CachedObject:
     """Keep a source's compiled content, and only a digest of anything else."""
     meta = raw.get("metadata") or {}
     labels: dict[str, str] = meta.get("labels") or {}
     annotations: dict[str, str] = meta.get("annotations") or {}
     namespace = sys.intern(str(meta.get("namespace", "")))
     name = sys.intern(str(meta.get("name", "")))
-    is_replica = labels.get(REPLICA_LABEL) == "true" and REPLICA_OF in annotations
-    source = None
+    # Ours only with our label and a replica-of that names a source of the same name: we
+    # write nothing else, so anything else is someone's own object.
+    is_replica = labels.get(REPLICA_LABEL) == "true" and \
+        annotations.get(REPLICA_OF, "").partition("/")[2] == name != ""
+    compiled = None
     if REPLICATE_TO in annotations or REPLICATE_TO_MATCHING in annotations:
-        source = compile_source(f"{namespace}/{name}", labels, annotations, raw, rules, kind)
+        compiled = compile_source(f"{namespace}/{name}", labels, annotations, raw, rules, kind)
     return CachedObject(
         namespace=namespace, name=name,
         uid=str(meta.get("uid", "")),
@@ -244,17 +241,32 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules = DEFAULT_RULES,
         replica_of=sys.intern(annotations[REPLICA_OF]) if is_replica else None,
         immutable=bool(raw.get("immutable")),
         content_hash=replica_hash(raw, kind) if is_replica else "",
-        source=source,
+        compiled=compiled,
         type=str(raw.get("type") or "Opaque") if kind is SECRET else "",
+        created=str(meta.get("creationTimestamp") or "") if compiled is not None else "",
     )
 
 
 def replica_hash(raw: Mapping[str, Any], kind: Kind) -> str:
     """The digest of a replica as the server holds it (a watched object, or a write's answer),
-    to compare with its source's `content_hash`."""
+    to compare with its source's `content_hash`.
+
+    Our content-hash mark is left out of the digest (it is the digest), so it is checked
+    here: a replica whose mark is missing or wrong (a hand edit) gets a digest no source has,
+    and is repaired like any other edit.
+    """
     meta = raw.get("metadata") or {}
-    return content_hash(_payload(raw, kind), meta.get("labels") or {},
-                        meta.get("annotations") or {})
+    payload = _payload(raw, kind)
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    digest = content_hash(payload, labels, annotations)
+    mark = annotations.get(CONTENT_HASH)
+    if mark == digest:
+        return digest
+    return content_hash(payload, labels, {**annotations, _WRONG_MARK: str(mark)})
+
+
+_WRONG_MARK = CONTENT_HASH + "#wrong"  # no annotation key can contain "#": never a real one
 
 
 def kept_as_written(source: Source, raw: Mapping[str, Any], kind: Kind) -> bool:
@@ -305,8 +317,8 @@ def namespace_from_json(raw: dict[str, Any]) -> Namespace:
 def object_indexers() -> dict[str, Callable[[CachedObject], Iterable[str]]]:
     return {
         BY_REPLICA_OF: lambda o: (o.replica_of,) if o.replica_of else (),
-        SOURCES_BY_NAME: lambda o: (o.name,) if o.source is not None else (),
-        ALL_SOURCES: lambda o: (_ALL,) if o.source is not None else (),
+        SOURCES_BY_NAME: lambda o: (o.name,) if o.compiled is not None else (),
+        ALL_SOURCES: lambda o: (_ALL,) if o.compiled is not None else (),
     }
 
 
@@ -323,8 +335,7 @@ class Caches:
     """The informers' caches of one kind, and of namespaces, as the domain reads them (it
     never writes them)."""
 
-    def __init__(self, objects: ObjectCache, namespaces: Store[Namespace],
-                 kind: Kind = CONFIGMAP) -> None:
+    def __init__(self, objects: ObjectCache, namespaces: Store[Namespace], kind: Kind) -> None:
         self.objects = objects
         self.namespaces = namespaces
         self.kind = kind

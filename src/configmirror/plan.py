@@ -1,19 +1,20 @@
-"""Desired state and the actions that reach it: pure functions of a source and the caches.
+"""Desired state and the actions that reach it: pure functions of the caches.
 
-`plan_source` says what reconciling one source would change; the `plan` command prints it,
-and the source reconcile turns its actions into target keys. `plan_target` says the same for
-one target object, including which source owns it; a target reconcile applies it. Both decide
-where replicas belong with one predicate, `wants`, and whether a replica holds what its source
-asks with another, `in_sync`.
+One decision, `decide`, says what one target object (a namespace and a name) must be: which
+source owns it, the one write that gets it there (create, update, recreate, delete, or
+none), and which other sources cannot have it. The workers apply it, one target key at a
+time. `plan_source` gathers the decisions of every object one source touches; the `plan`
+command prints them and a source reconcile turns them into target keys. Both go through
+the same `decide`, so what `plan` says is what `run` does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from configmirror.model import CachedObject, Namespace
+from configmirror.model import CachedObject, Kind, Namespace
 from configmirror.spec import Scope
 
 ActionKind = Literal["create", "update", "recreate", "delete"]
@@ -25,7 +26,20 @@ what the server stored). None when the server kept what we wrote, or we do not k
 
 
 def nothing_admitted(key: str) -> tuple[str, str] | None:
+    """No memory of admission (the `plan` command's: it has written nothing)."""
     return None
+
+
+class World(Protocol):
+    """The caches of one kind, and of namespaces, as the planner reads them (model.Caches)."""
+
+    @property
+    def kind(self) -> Kind: ...
+    def get(self, key: str) -> CachedObject | None: ...
+    def namespace(self, name: str) -> Namespace | None: ...
+    def all_namespaces(self) -> list[Namespace]: ...
+    def sources_named(self, name: str) -> list[CachedObject]: ...
+    def replicas_of(self, source: str) -> list[CachedObject]: ...
 
 
 @dataclass(frozen=True)
@@ -40,26 +54,36 @@ class Action:
 
 @dataclass(frozen=True)
 class Conflict:
-    """A source wants a target it cannot have: a foreign object, or another source's replica."""
+    """A source wants a target it cannot have: a foreign object, or another source's place."""
 
     namespace: str
     name: str
-    source: str
-    owner: str | None  # the source whose replica is (or is being put) there; None: foreign
+    source: str        # the source that is left out
+    owner: str | None  # the source whose replica is (or is to be) there; None: foreign
+    message: str
 
-    @property
-    def message(self) -> str:
-        if self.owner:
-            return (f"{self.namespace}/{self.name} is already a replica of {self.owner}; "
-                    f"it is left as it is")
-        return (f"{self.namespace}/{self.name} exists and is not a replica; it is left "
-                f"untouched (delete it to let the replica be created)")
+
+@dataclass(frozen=True)
+class Decision:
+    """What one target object must become, and for which source."""
+
+    namespace: str
+    name: str
+    action: Action | None = None
+    owner: CachedObject | None = None  # the source the replica is (to be) a copy of
+    conflicts: tuple[Conflict, ...] = ()
+    # The create that follows a delete, for the oldest source that wants the place (its
+    # replica goes in once the watch has brought the delete): shown by `plan`, applied by
+    # the next decision.
+    then: Action | None = None
 
 
 @dataclass(frozen=True)
 class ReplicationPlan:
-    """What reconciling one source would change."""
+    """What reconciling one source would change: the decisions of the objects it touches,
+    as far as they concern it."""
 
+    kind: str
     source: str
     actions: tuple[Action, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
@@ -67,7 +91,6 @@ class ReplicationPlan:
     not_allowed: str | None = None  # why its namespace may not hold sources
     targets: tuple[str, ...] = ()
     content: dict[str, Any] | None = None  # key names, sizes and hash: never values
-    kind: str = "ConfigMap"
 
     @property
     def in_sync(self) -> bool:
@@ -86,35 +109,30 @@ class ReplicationPlan:
         }
 
 
-@dataclass(frozen=True)
-class TargetPlan:
-    """What reconciling one target object would change, and for which source."""
-
-    namespace: str
-    name: str
-    action: Action | None = None
-    owner: CachedObject | None = None  # the source the replica is (to be) a copy of
-    conflicts: tuple[Conflict, ...] = ()
-
-
 # -- where replicas belong ------------------------------------------------------------------
 
 
 def honoured(source: CachedObject | None, home: Namespace | None, scope: Scope) -> bool:
     """A source the operator acts on: annotated, and its namespace (`home`) may hold sources."""
-    return (source is not None and source.source is not None and home is not None
+    return (source is not None and source.compiled is not None and home is not None
             and scope.honours(home))
 
 
 def wants(source: CachedObject, namespace: Namespace, scope: Scope) -> bool:
     """Whether an honoured `source` must have a replica in `namespace`: the targeting rule."""
-    compiled = source.source
+    compiled = source.compiled
     return (compiled is not None and compiled.spec is not None
             and scope.may_target(source.namespace, namespace)
             and compiled.spec.wants(namespace))
 
 
-def in_sync(current: CachedObject, want: str, admitted: Admitted = nothing_admitted) -> bool:
+def seniority(source: CachedObject) -> tuple[str, str]:
+    """Of two sources with one name that both want a place no replica holds yet, the older
+    (creationTimestamp, then namespace name) gets it, so the outcome is known in advance."""
+    return (source.created, source.namespace)
+
+
+def in_sync(current: CachedObject, want: str, admitted: Admitted) -> bool:
     """Whether replica `current` holds what a source of digest `want` asks: the same digest,
     or exactly what the server stored when we last wrote that digest there (admission
     changed it then; writing it again would be changed again, forever). Anything else,
@@ -124,7 +142,7 @@ def in_sync(current: CachedObject, want: str, admitted: Admitted = nothing_admit
 
 def desired_body(source: CachedObject, namespace: str) -> dict[str, Any]:
     """The replica of `source` in `namespace` as it is written (without resourceVersion)."""
-    compiled = source.source
+    compiled = source.compiled
     if compiled is None:
         raise ValueError(f"{source.key} is not a source")
     body: dict[str, Any] = {
@@ -139,9 +157,89 @@ def desired_body(source: CachedObject, namespace: str) -> dict[str, Any]:
     return body
 
 
+# -- one target: the decision ------------------------------------------------------------------
+
+
+def decide(namespace: str, name: str, current: CachedObject | None, world: World,
+           scope: Scope, admitted: Admitted) -> Decision:
+    """Decide what object `namespace/name` must be, given every source called `name`.
+
+    `current` is the object there now (None: nothing); `admitted` is what the server made of
+    our writes (`in_sync`). The replica already there keeps its source (its replica-of
+    wins); with none there, the oldest source that wants the place gets it (`seniority`);
+    every other source that wants it is in conflict. Nothing is ever written over a foreign
+    object, or into a namespace that is gone or going.
+    """
+    return _decide(namespace, name, current, world.namespace(namespace),
+                   _contenders(world.sources_named(name), world, scope), world, scope, admitted)
+
+
+def _contenders(sources: Iterable[CachedObject], world: World, scope: Scope
+                ) -> list[CachedObject]:
+    """The honoured sources among `sources` (of one name), oldest first."""
+    return sorted((s for s in sources if honoured(s, world.namespace(s.namespace), scope)),
+                  key=seniority)
+
+
+def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespace | None,
+            contenders: list[CachedObject], world: World, scope: Scope,
+            admitted: Admitted) -> Decision:
+    if ns is None or ns.terminating:
+        return Decision(namespace, name)
+    candidates = [s for s in contenders if wants(s, ns, scope)]
+    if current is None:
+        if not candidates:
+            return Decision(namespace, name)
+        winner, *others = candidates
+        return Decision(namespace, name, Action("create", namespace, name, "", "missing",
+                                                winner.key), winner, tuple(
+            Conflict(namespace, name, c.key, winner.key,
+                     f"{namespace}/{name} goes to {winner.key}, the older source of that "
+                     f"name; this one is left out") for c in others))
+    if current.replica_of is None:
+        return Decision(namespace, name, conflicts=tuple(
+            Conflict(namespace, name, c.key, None,
+                     f"{namespace}/{name} exists and is not a replica; it is left untouched "
+                     f"(delete it to let the replica be created)") for c in candidates))
+
+    owner_key = current.replica_of
+    conflicts = tuple(Conflict(namespace, name, c.key, owner_key,
+                               f"{namespace}/{name} is already a replica of {owner_key}; it "
+                               f"is left as it is")
+                      for c in candidates if c.key != owner_key)
+    owner = next((c for c in candidates if c.key == owner_key), None)
+    if owner is not None:
+        assert owner.compiled is not None
+        if in_sync(current, owner.compiled.content_hash, admitted):
+            return Decision(namespace, name, owner=owner, conflicts=conflicts)
+        return Decision(namespace, name, Action(
+            _change(current, owner), namespace, name, current.resource_version,
+            "differs from the source", owner_key), owner, conflicts)
+    source = world.get(owner_key)
+    home = world.namespace(source.namespace) if source is not None else None
+    if source is not None and source.compiled is not None and (
+            home is None  # its namespace is not cached yet: decide nothing
+            or (scope.honours(home) and source.compiled.invalid is not None)):  # a typo
+        return Decision(namespace, name, conflicts=conflicts)  # never deletes data
+    why = _orphaned_because(source, home, scope)
+    then: Action | None = None
+    after: tuple[Conflict, ...] = ()
+    if candidates:
+        heir, *others = candidates
+        then = Action("create", namespace, name, "", f"replaces the replica of {owner_key} "
+                      f"({why}) once it is deleted", heir.key)
+        after = tuple(Conflict(namespace, name, c.key, heir.key,
+                               f"{namespace}/{name} goes to {heir.key}, the older source of "
+                               f"that name, once the replica of {owner_key} is deleted; this "
+                               f"one is left out") for c in others)
+    return Decision(namespace, name, Action(
+        "delete", namespace, name, current.resource_version, why, owner_key), source,
+        after, then)
+
+
 def _change(current: CachedObject, owner: CachedObject) -> ActionKind:
-    assert owner.source is not None
-    payload = owner.source.payload
+    assert owner.compiled is not None
+    payload = owner.compiled.payload
     # Kubernetes refuses any change to an immutable object (and immutable only turns on),
     # and any change of a Secret's type.
     if current.immutable or payload["immutable"] or current.type != payload.get("type", ""):
@@ -153,113 +251,49 @@ def _orphaned_because(source: CachedObject | None, home: Namespace | None,
                       scope: Scope) -> str:
     if source is None:
         return "source deleted"
-    if source.source is None:
+    if source.compiled is None:
         return "source no longer replicates"
     if home is not None and not scope.honours(home):
         return "source namespace may not hold sources"
     return "namespace no longer targeted"
 
 
-# -- one source ---------------------------------------------------------------------------------
+# -- one source: the decisions it touches ------------------------------------------------------
 
 
-def plan_source(key: str, source: CachedObject | None, namespaces: Iterable[Namespace],
-                lookup: Callable[[str], CachedObject | None],
-                replicas: Iterable[CachedObject], scope: Scope,
-                kind: str = "ConfigMap", admitted: Admitted = nothing_admitted
-                ) -> ReplicationPlan:
-    """Compare what source `key` wants with what the caches hold.
-
-    `lookup(ns/name)` finds any cached object; `replicas` are the cached replicas of `key`;
-    `admitted` is what the server made of our writes (`in_sync`).
-    """
-    existing = sorted((r for r in replicas if r.replica_of == key), key=lambda r: r.namespace)
-    namespace_list = list(namespaces)
-    terminating = {ns.name for ns in namespace_list if ns.terminating}
-    home = next((ns for ns in namespace_list if source is not None
-                 and ns.name == source.namespace), None)
-    if source is not None and source.source is not None and home is None:
-        return ReplicationPlan(key, kind=kind)  # its namespace is not cached yet: wait
-    if source is None or not honoured(source, home, scope):
-        why = _orphaned_because(source, home, scope)
-        refused = (scope.refusal(home) if source is not None and source.source is not None
-                   and home is not None else None)
-        return ReplicationPlan(key, actions=tuple(
-            Action("delete", r.namespace, r.name, r.resource_version, why, key)
-            for r in existing if r.namespace not in terminating), not_allowed=refused,
-            kind=kind)
-    assert source.source is not None
-    if source.source.invalid is not None:
-        return ReplicationPlan(key, invalid=source.source.invalid, kind=kind)
-
-    want = source.source.content_hash
-    targets = sorted(ns.name for ns in namespace_list if wants(source, ns, scope))
+def plan_source(key: str, world: World, current: Callable[[str], CachedObject | None],
+                scope: Scope, admitted: Admitted) -> ReplicationPlan:
+    """What source `key` ("ns/name") wants, compared with what is there: `decide` for every
+    namespace it targets and every replica it has, keeping what concerns this source (its
+    writes, its conflicts). `current(ns/name)` is the object there now."""
+    kind = world.kind.name
+    source = world.get(key)
+    compiled = source.compiled if source is not None else None
+    home = world.namespace(source.namespace) if source is not None else None
+    refused = None
+    if source is not None and compiled is not None:
+        if home is None:
+            return ReplicationPlan(kind, key)  # its namespace is not cached yet: wait
+        if not scope.honours(home):
+            refused = scope.refusal(home)
+        elif compiled.invalid is not None:
+            return ReplicationPlan(kind, key, invalid=compiled.invalid)  # a typo: no change
+    name = key.partition("/")[2]
+    honoured_source = source if honoured(source, home, scope) else None
+    namespaces = world.all_namespaces()
+    targets = sorted(ns.name for ns in namespaces
+                     if honoured_source is not None and wants(honoured_source, ns, scope))
+    touched = set(targets) | {r.namespace for r in world.replicas_of(key)}
+    contenders = _contenders(world.sources_named(name), world, scope)
     actions: list[Action] = []
     conflicts: list[Conflict] = []
-    for ns in targets:
-        current = lookup(f"{ns}/{source.name}")
-        if current is None:
-            actions.append(Action("create", ns, source.name, "", "missing", key))
-        elif current.replica_of != key:
-            conflicts.append(Conflict(ns, source.name, key, current.replica_of))
-        elif not in_sync(current, want, admitted):
-            actions.append(Action(_change(current, source), ns, source.name,
-                                  current.resource_version, "differs from the source", key))
-    wanted = set(targets)
-    for replica in existing:
-        if replica.namespace not in wanted and replica.namespace not in terminating:
-            actions.append(Action("delete", replica.namespace, replica.name,
-                                  replica.resource_version, "namespace no longer targeted", key))
-    return ReplicationPlan(key, tuple(actions), tuple(conflicts), targets=tuple(targets),
-                           content=source.source.summary(), kind=kind)
-
-
-# -- one target ---------------------------------------------------------------------------------
-
-
-def plan_target(namespace: str, name: str, current: CachedObject | None,
-                ns: Namespace | None, sources_named: Iterable[CachedObject],
-                lookup_source: Callable[[str], CachedObject | None],
-                home_of: Callable[[str], Namespace | None], scope: Scope,
-                admitted: Admitted = nothing_admitted) -> TargetPlan:
-    """Decide what object `namespace/name` must be, given every source called `name`.
-
-    The replica already there keeps its source (its replica-of wins); with none there, the
-    source with the lowest key gets it; every other source that wants it is in conflict.
-    Nothing is ever written over a foreign object, or into a namespace that is gone or going.
-    """
-    if ns is None or ns.terminating:
-        return TargetPlan(namespace, name)
-    candidates = sorted((s for s in sources_named if honoured(s, home_of(s.namespace), scope)
-                         and wants(s, ns, scope)), key=lambda s: s.key)
-    if current is None:
-        if not candidates:
-            return TargetPlan(namespace, name)
-        winner = candidates[0]
-        return TargetPlan(namespace, name, Action("create", namespace, name, "", "missing",
-                                                  winner.key), winner, tuple(
-            Conflict(namespace, name, c.key, winner.key) for c in candidates[1:]))
-    if current.replica_of is None:
-        return TargetPlan(namespace, name, conflicts=tuple(
-            Conflict(namespace, name, c.key, None) for c in candidates))
-
-    owner_key = current.replica_of
-    conflicts = tuple(Conflict(namespace, name, c.key, owner_key)
-                      for c in candidates if c.key != owner_key)
-    owner = next((c for c in candidates if c.key == owner_key), None)
-    if owner is not None:
-        assert owner.source is not None
-        if in_sync(current, owner.source.content_hash, admitted):
-            return TargetPlan(namespace, name, owner=owner, conflicts=conflicts)
-        return TargetPlan(namespace, name, Action(
-            _change(current, owner), namespace, name, current.resource_version,
-            "differs from the source", owner_key), owner, conflicts)
-    source = lookup_source(owner_key)
-    home = home_of(source.namespace) if source is not None else None
-    if source is not None and source.source is not None and (
-            home is None  # its namespace is not cached yet: decide nothing
-            or (scope.honours(home) and source.source.invalid is not None)):  # a typo
-        return TargetPlan(namespace, name, conflicts=conflicts)  # never deletes data
-    return TargetPlan(namespace, name, Action(
-        "delete", namespace, name, current.resource_version,
-        _orphaned_because(source, home, scope), owner_key), source)
+    for namespace in sorted(touched):
+        decision = _decide(namespace, name, current(f"{namespace}/{name}"),
+                           world.namespace(namespace), contenders, world, scope, admitted)
+        actions.extend(a for a in (decision.action, decision.then)
+                       if a is not None and a.source == key)
+        conflicts.extend(c for c in decision.conflicts if c.source == key)
+    return ReplicationPlan(kind, key, tuple(actions), tuple(conflicts), not_allowed=refused,
+                           targets=tuple(targets),
+                           content=compiled.summary() if honoured_source is not None
+                           and compiled is not None else None)

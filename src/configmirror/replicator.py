@@ -2,7 +2,8 @@
 
 A source key plans the source (`plan.plan_source`) and returns the target keys that need work;
 it writes nothing itself, so one source fanned out to thousands of namespaces keeps every
-worker busy. A target key decides one object (`plan.plan_target`) and writes at most once.
+worker busy. A target key decides one object (`plan.decide`, the decision `plan` shows too)
+and writes at most once.
 API failures become the reconcile contract's errors here, with the source to tell about them;
 the controller decides what to do about each. Events go to the recorder, which writes them
 off the worker threads.
@@ -42,7 +43,7 @@ from configmirror.model import (
     replica_hash,
     target_key,
 )
-from configmirror.plan import Action, Conflict, desired_body, plan_source, plan_target
+from configmirror.plan import Action, Conflict, decide, desired_body, plan_source
 from configmirror.reconcile import (
     ReconcileError,
     Result,
@@ -172,7 +173,8 @@ class Replicator:
 
     def echo(self, obj: CachedObject) -> bool:
         """Whether a watch event's object is the echo of our own write (Expectations.echo)."""
-        return obj.source is None and obj.replica_of is not None and self._expectations.echo(obj)
+        return obj.compiled is None and obj.replica_of is not None and \
+            self._expectations.echo(obj)
 
     def reconcile(self, key: Key) -> Result:
         if key.role == SOURCE:
@@ -183,12 +185,10 @@ class Replicator:
 
     def reconcile_source(self, key: Key) -> Result:
         """Plan one source and return the target keys whose object must change."""
-        plan = plan_source(key.object_key, self._caches.get(key.object_key),
-                           self._caches.all_namespaces(), self._current,
-                           self._caches.replicas_of(key.object_key), self.scope,
-                           self._kind.name, self._admitted.get)
+        plan = plan_source(key.object_key, self._caches, self._current, self.scope,
+                           self._admitted.get)
         source = self._caches.get(key.object_key)
-        if (source is None or source.source is None) and key.object_key in \
+        if (source is None or source.compiled is None) and key.object_key in \
                 self._mutation_reported:
             with self._lock:  # no longer a source: its next version reports afresh
                 self._mutation_reported.pop(key.object_key, None)
@@ -201,9 +201,9 @@ class Replicator:
                 self._problem_reported.pop(key.object_key, None)
         if plan.invalid is not None:
             return Result()
-        resource = self._kind.plural
-        follow_up = {target_key(a.namespace, a.name, resource) for a in plan.actions}
-        follow_up |= {target_key(c.namespace, c.name, resource) for c in plan.conflicts}
+        kind = self._kind
+        follow_up = {target_key(kind, a.namespace, a.name) for a in plan.actions}
+        follow_up |= {target_key(kind, c.namespace, c.name) for c in plan.conflicts}
         return Result(follow_up=tuple(sorted(follow_up)))
 
     def _report_problem(self, key: Key, source: CachedObject | None, reason: str,
@@ -228,10 +228,8 @@ class Replicator:
         current = self._current(key.object_key)
         if current is None:
             self._forget_admitted(key.object_key)  # gone (with its namespace, say)
-        plan = plan_target(key.namespace, key.name, current,
-                           self._caches.namespace(key.namespace),
-                           self._caches.sources_named(key.name), self._caches.get,
-                           self._caches.namespace, self.scope, self._admitted.get)
+        plan = decide(key.namespace, key.name, current, self._caches, self.scope,
+                      self._admitted.get)
         self._report_conflicts(key, plan.conflicts)
         if plan.action is None:
             return Result()
@@ -284,7 +282,7 @@ class Replicator:
         if action.kind == "delete":
             self._delete(action)
             return
-        assert owner is not None  # plan_target names the source of every create and update
+        assert owner is not None  # decide names the source of every create and update
         body = desired_body(owner, action.namespace)
         resource = self._kind.resource
         if action.kind == "update":
@@ -301,10 +299,10 @@ class Replicator:
         if self._metrics is not None:
             self._metrics.child(self._metrics.replica_writes, verb, self._kind.plural).inc()
         meta = written.get("metadata") or {}
-        assert owner.source is not None
+        assert owner.compiled is not None
         namespace, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        want = owner.source.content_hash
-        stored = want if kept_as_written(owner.source, written, self._kind) else \
+        want = owner.compiled.content_hash
+        stored = want if kept_as_written(owner.compiled, written, self._kind) else \
             replica_hash(written, self._kind)
         if stored != want:
             self._admission_changed(owner, f"{namespace}/{name}", want, stored, written)
@@ -315,20 +313,20 @@ class Replicator:
             namespace=namespace, name=name,
             uid=str(meta.get("uid", "")), resource_version=str(meta.get("resourceVersion", "")),
             replica_of=owner.key, immutable=bool(written.get("immutable")),
-            content_hash=stored, source=None, type=str(written.get("type") or "")))
+            content_hash=stored, compiled=None, type=str(written.get("type") or "")))
 
     def _admission_changed(self, owner: CachedObject, key: str, want: str, stored: str,
                            written: dict[str, object]) -> None:
         """The server stored our write of `want` at `key` as `stored`: remember it, so the
         replica is not written again for it, and say so once per version of the source."""
-        assert owner.source is not None
+        assert owner.compiled is not None
         with self._lock:
             self._admitted[key] = (want, stored)
             if self._mutation_reported.get(owner.key) == want:
                 return
             self._mutation_reported[owner.key] = want
         message = (f"the API server stored replica {key} other than it was written "
-                   f"({admission_changes(owner.source, written, self._kind)}): an admission "
+                   f"({admission_changes(owner.compiled, written, self._kind)}): an admission "
                    f"webhook or policy changes replicas. configmirror keeps what the server "
                    f"stores, and writes a replica again only when the source changes or the "
                    f"replica is edited")
@@ -363,8 +361,8 @@ class Replicator:
         """The reconcile contract's error for a failed write, naming what and where; None
         when there is nothing to retry or report. Never a value of the source: a server's
         message may echo a field, so the source's values are cut out of it."""
-        if source is not None and source.source is not None:
-            err = redacted(err, source.source.payload.get("data") or {})
+        if source is not None and source.compiled is not None:
+            err = redacted(err, source.compiled.payload.get("data") or {})
         where = f"{action.kind} {self._kind.name} {action.namespace}/{action.name}"
         if err.failure is Failure.UNAVAILABLE:
             return ServerUnavailable(f"{where}: {err}", owner, err.retry_after)

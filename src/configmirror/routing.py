@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from configmirror.model import CachedObject, Key, Namespace, source_key, target_key
+from configmirror.model import CachedObject, Key, Kind, Namespace, source_key, target_key
 from configmirror.plan import honoured, wants
 from configmirror.spec import Scope
 
 
-def object_keys(old: CachedObject | None, new: CachedObject | None,
-                sources_named: Callable[[str], Iterable[CachedObject]],
-                resource: str = "configmaps") -> set[Key]:
+def object_keys(kind: Kind, old: CachedObject | None, new: CachedObject | None,
+                sources_named: Callable[[str], Iterable[CachedObject]]) -> set[Key]:
     """The keys an object event wakes: (None, new) added, (old, new) changed or resynced,
-    (old, None) deleted. Objects and keys are of one `resource`.
+    (old, None) deleted. Objects and keys are of one `kind`.
 
     - A source (before or after): its source key, which plans its targets.
     - A replica (before or after): its target key, so drift is repaired and an orphan removed.
@@ -32,19 +31,18 @@ def object_keys(old: CachedObject | None, new: CachedObject | None,
     for obj in (old, new):
         if obj is None:
             continue
-        if obj.source is not None:
-            keys.add(source_key(obj.namespace, obj.name, resource))
+        if obj.compiled is not None:
+            keys.add(source_key(kind, obj.namespace, obj.name))
         if obj.replica_of is not None or any(
                 s.namespace != obj.namespace for s in sources_named(obj.name)):
-            keys.add(target_key(obj.namespace, obj.name, resource))
+            keys.add(target_key(kind, obj.namespace, obj.name))
     return keys
 
 
-def namespace_keys(old: Namespace | None, new: Namespace | None,
+def namespace_keys(kind: Kind, old: Namespace | None, new: Namespace | None,
                    sources: Iterable[CachedObject],
-                   home_of: Callable[[str], Namespace | None], scope: Scope,
-                   resource: str = "configmaps") -> set[Key]:
-    """The keys a namespace event wakes among the sources of one `resource`.
+                   home_of: Callable[[str], Namespace | None], scope: Scope) -> set[Key]:
+    """The keys a namespace event wakes among the sources of one `kind`.
 
     - Sources that live in it, when it appears or whether it may hold sources flips.
     - Targets in it of the other honoured sources, where their wish for a replica flipped.
@@ -59,8 +57,8 @@ def namespace_keys(old: Namespace | None, new: Namespace | None,
     for source in sources:
         if source.namespace == new.name:
             if old is None or scope.honours(old) != scope.honours(new):
-                keys.add(source_key(source.namespace, source.name, resource))
+                keys.add(source_key(kind, source.namespace, source.name))
         elif ((old is not None and wants(source, old, scope)) != wants(source, new, scope)
               and honoured(source, home_of(source.namespace), scope)):
-            keys.add(target_key(new.name, source.name, resource))
+            keys.add(target_key(kind, new.name, source.name))
     return keys

@@ -8,6 +8,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from configmirror.model import DEFAULT_RULES, CachedObject, Kind, object_from_json
+
 
 def configmap(name: str, annotations: dict[str, str] | None = None,
               data: dict[str, str] | None = None, labels: dict[str, str] | None = None,
@@ -23,6 +25,11 @@ def configmap(name: str, annotations: dict[str, str] | None = None,
         metadata["labels"] = labels
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
             "data": data if data is not None else {"greeting": "hello"}, **fields}
+
+
+def cached(raw: dict[str, Any], kind: Kind) -> CachedObject:
+    """`raw` as the operator's cache holds it, under the default drop rules."""
+    return object_from_json(raw, DEFAULT_RULES, kind)
 
 
 def service_account_token(core: client.CoreV1Api, namespace: str, name: str,

@@ -13,33 +13,18 @@ from dataclasses import dataclass
 
 import pytest
 
+from configmirror.caches import ClusterCache, KindCache, Replicated
 from configmirror.events import EventRecorder
-from configmirror.informer import Informer
-from configmirror.kube import NAMESPACES, Kube, load_configuration
+from configmirror.kube import Kube, load_configuration
 from configmirror.metrics import Metrics
-from configmirror.model import (
-    CONFIGMAP,
-    DEFAULT_RULES,
-    CachedObject,
-    Caches,
-    Namespace,
-    namespace_from_json,
-    object_indexers,
-    object_transform,
-    target_key,
-)
+from configmirror.model import CONFIGMAP, DEFAULT_RULES, target_key
 from configmirror.replicator import Expectations, Replicator
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import REPLICATE_TO, Scope
-from configmirror.store import Store
 from tests.conftest import Cluster, Namespaces
 from tests.e2e.conftest import configmap, read
 
 pytestmark = pytest.mark.controlplane
-
-
-def _ignore(old: object, new: object) -> None:
-    pass
 
 
 @dataclass
@@ -47,14 +32,16 @@ class Gap:
     """A replicator whose caches move only when the test relists them."""
 
     replicator: Replicator
-    objects: Informer[CachedObject]
-    namespaces: Informer[Namespace]
+    cache: ClusterCache
     metrics: Metrics
+
+    @property
+    def configmaps(self) -> KindCache:
+        return self.cache.kinds[CONFIGMAP]
 
     def relist(self) -> None:
         """The caches catch up with the server, as the watch eventually makes them."""
-        self.namespaces.list_once()
-        self.objects.list_once()
+        self.cache.list_once()
 
     def writes(self) -> float:
         return sum(self.metrics.registry.get_sample_value(
@@ -66,19 +53,16 @@ class Gap:
 def gap(cluster: Cluster) -> Iterator[Gap]:
     kube = Kube(load_configuration(str(cluster.kubeconfig)))
     try:
-        objects: Store[CachedObject] = Store(object_indexers())
-        spaces: Store[Namespace] = Store()
-        object_informer = Informer(kube, CONFIGMAP.resource.collection(),
-                                   object_transform(CONFIGMAP, DEFAULT_RULES), objects,
-                                   _ignore, "configmaps")
-        namespace_informer = Informer(kube, NAMESPACES, namespace_from_json, spaces, _ignore,
-                                      "namespaces")
+        # The operator's own wiring, listed by hand and never watched.
+        replicated = Replicated(CONFIGMAP, (), Scope.from_flags("*", DEFAULT_EXCLUDED))
+        cache = ClusterCache(kube, [replicated], DEFAULT_RULES)
+        configmaps = cache.kinds[CONFIGMAP]
         metrics = Metrics()
         replicator = Replicator(
-            kube, Caches(objects, spaces), Scope.from_flags("*", DEFAULT_EXCLUDED),
+            kube, configmaps.caches, configmaps.scope,
             EventRecorder(kube),  # never started: its Events are not what this is about
-            Expectations(lambda key: object_informer.watermark()), metrics)
-        yield Gap(replicator, object_informer, namespace_informer, metrics)
+            Expectations(configmaps.watermark), metrics)
+        yield Gap(replicator, cache, metrics)
     finally:
         kube.close()
 
@@ -88,12 +72,12 @@ def test_a_second_reconcile_before_the_watch_delivers_a_create_neither_writes_no
     src, a = namespaces(), namespaces()
     cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: a}))
     gap.relist()
-    key = target_key(a, "cfg")
+    key = target_key(CONFIGMAP, a, "cfg")
     assert gap.replicator.reconcile(key).changed is True
     created = read(cluster, a, "cfg")
     assert created is not None
     # The cache still says "missing": read alone, it would create again and get a 409.
-    assert gap.objects.store.get(f"{a}/cfg") is None
+    assert gap.configmaps.caches.get(f"{a}/cfg") is None
     assert gap.replicator.reconcile(key).changed is False
     assert gap.writes() == 1
     again = read(cluster, a, "cfg")
@@ -107,7 +91,7 @@ def test_a_second_reconcile_before_the_watch_delivers_an_update_neither_writes_n
     cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: a},
                                                              data={"v": "1"}))
     gap.relist()
-    key = target_key(a, "cfg")
+    key = target_key(CONFIGMAP, a, "cfg")
     assert gap.replicator.reconcile(key).changed is True
     cluster.core.patch_namespaced_config_map("cfg", src, {"data": {"v": "2"}})
     gap.relist()  # the source's edit and our create have come through; nothing after this
@@ -116,7 +100,7 @@ def test_a_second_reconcile_before_the_watch_delivers_an_update_neither_writes_n
     assert updated is not None and updated.data == {"v": "2"}
     # The cache still holds the replica at v=1, at the version the update replaced: read
     # alone, it would update again from that version and get a 409.
-    cached = gap.objects.store.get(f"{a}/cfg")
+    cached = gap.configmaps.caches.get(f"{a}/cfg")
     assert cached is not None and cached.resource_version != updated.metadata.resource_version
     assert gap.replicator.reconcile(key).changed is False
     assert gap.writes() == 2

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from configmirror.model import configmap_from_json
+from configmirror.model import CONFIGMAP
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror_testing.objects import cached
 from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster, Namespaces
 from tests.e2e.conftest import (
@@ -55,12 +56,12 @@ def every_replica_equals_its_source(cluster: Cluster, namespaces: list[str]) -> 
             cluster.core.list_namespaced_config_map(
                 ns, label_selector="configmirror.io/replica=true"))
         for item in raw["items"]:
-            replica = configmap_from_json(item)
+            replica = cached(item, CONFIGMAP)
             source_ns, source_name = str(replica.replica_of).split("/")
             source = cluster.core.read_namespaced_config_map(source_name, source_ns)
-            parsed = configmap_from_json(cluster.api_client.sanitize_for_serialization(source))
-            assert parsed.source is not None
-            if replica.content_hash != parsed.source.content_hash:
+            parsed = cached(cluster.api_client.sanitize_for_serialization(source), CONFIGMAP)
+            assert parsed.compiled is not None
+            if replica.content_hash != parsed.compiled.content_hash:
                 wrong.append(f"{ns}/{replica.name}")
     return wrong
 

@@ -10,8 +10,8 @@ from kubernetes import client
 
 from configmirror.kube import CONFIGMAPS, Kube, load_configuration
 from configmirror.metrics import Metrics
+from configmirror.model import CONFIGMAP, DEFAULT_RULES, object_transform
 from configmirror.model import CachedObject as ConfigMap
-from configmirror.model import configmap_from_json
 from configmirror.store import Store
 from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster
@@ -52,7 +52,8 @@ class Harness:
         self.store: Store[ConfigMap] = Store()
         self.recorder = Recorder()
         self.metrics = Metrics()
-        self.informer = Informer(self.kube, CONFIGMAPS.collection(), configmap_from_json,
+        self.informer = Informer(self.kube, CONFIGMAPS.collection(),
+                                 object_transform(CONFIGMAP, DEFAULT_RULES),
                                  self.store, self.recorder, "configmaps", self.metrics,
                                  min_watch_timeout=min_watch_timeout)
 

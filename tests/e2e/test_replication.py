@@ -21,11 +21,6 @@ from tests.e2e.conftest import Operator, Operators, configmap, events, read, wai
 pytestmark = pytest.mark.controlplane
 
 
-def replica_data(cluster: Cluster, namespace: str, name: str = "cfg") -> dict[str, str] | None:
-    cm = read(cluster, namespace, name)
-    return None if cm is None else (cm.data or {})
-
-
 def wait_gone(cluster: Cluster, namespace: str, name: str = "cfg", timeout: float = 10) -> None:
     wait_for(lambda: read(cluster, namespace, name) is None, timeout=timeout,
              what=f"{namespace}/{name} to be deleted")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import threading
 from collections.abc import Hashable
 
@@ -10,11 +9,11 @@ import pytest
 from pytest_mock import MockerFixture
 
 from configmirror.clock import FakeClock
-from configmirror.controller import Controller, ServerBackoff
+from configmirror.controller import Controller
 from configmirror.events import EventRecorder, ObjectRef
 from configmirror.metrics import Metrics
 from configmirror.ratelimit import ItemExponentialFailureRateLimiter
-from configmirror.reconcile import Result, RetryableError, ServerUnavailable, TerminalError
+from configmirror.reconcile import Result, RetryableError, TerminalError
 from configmirror.workqueue import WorkQueue
 from configmirror_testing.wait import wait_for
 
@@ -63,7 +62,7 @@ def test_burst_of_edits_during_a_reconcile_yields_exactly_one_more() -> None:
     assert calls == ["ns/cfg", "ns/cfg"]
 
 
-SOURCE = ObjectRef("ns", "src", "uid-1", "7")
+SOURCE = ObjectRef("ConfigMap", "ns", "src", "uid-1", "7")
 
 
 def test_always_conflicting_key_is_attempted_max_retries_times_then_reported(
@@ -80,7 +79,7 @@ def test_always_conflicting_key_is_attempted_max_retries_times_then_reported(
         raise RetryableError("409 Conflict", SOURCE)
 
     controller = Controller("test", queue, reconcile, workers=2, metrics=metrics,
-                            recorder=recorder, clock=clock)
+                            recorder=recorder)
     controller.start()
     try:
         queue.add("ns/broken")
@@ -178,7 +177,7 @@ def test_success_forgets_earlier_failures() -> None:
                  what=f"attempt {count} to back off")
         clock.step(limiter.delays[-1])
 
-    controller = Controller("test", queue, reconcile, workers=1, clock=clock)
+    controller = Controller("test", queue, reconcile, workers=1)
     controller.start()
     try:
         queue.add("k")
@@ -221,237 +220,6 @@ def test_follow_up_keys_are_queued_and_changes_are_counted_per_worker() -> None:
     assert sum(by_worker) == 20
 
 
-class FixedBackoff(ServerBackoff):
-    def __init__(self, delay: float) -> None:
-        super().__init__(delay, delay)
-
-
-class FixedRandom(random.Random):
-    """A random source that always says `value`."""
-
-    def __init__(self, value: float) -> None:
-        super().__init__()
-        self.value = value
-
-    def random(self) -> float:
-        return self.value
-
-
-def test_server_backoff_doubles_from_a_quarter_second_to_30_s_jittered_by_a_tenth() -> None:
-    backoff = ServerBackoff(rng=FixedRandom(0.5))
-    bases = [0.25, 0.5, 1, 2, 4, 8, 16, 30, 30]
-    assert [backoff.next() for _ in bases] == pytest.approx(
-        [min(base * 1.05, 30.0) for base in bases])
-    backoff.reset()
-    assert backoff.next() == pytest.approx(0.25 * 1.05)
-
-
-def test_an_unavailable_server_never_gives_a_key_up_and_one_key_probes_it() -> None:
-    clock = FakeClock()
-    queue: WorkQueue[str] = WorkQueue(max_retries=2, clock=clock)
-    attempts: list[str] = []
-    written: list[str] = []
-    down = threading.Event()
-    down.set()
-
-    def reconcile(key: str) -> Result:
-        attempts.append(key)
-        if down.is_set():
-            raise ServerUnavailable("connection refused")
-        written.append(key)
-        return Result(changed=True)
-
-    metrics = Metrics()
-    controller = Controller("test", queue, reconcile, workers=2, metrics=metrics, clock=clock,
-                            server_backoff=FixedBackoff(5.0))
-    controller.start()
-    try:
-        for key in ("a", "b", "c"):
-            queue.add(key)
-        for probes in range(1, 6):  # the probe, five times: well past --max-retries (2)
-            wait_for(lambda probes=probes: len(attempts) == 2 + probes
-                     and controller.waiting_for_server() == 3
-                     and queue.counts() == (0, 0, 1)
-                     and clock.wake_times() == [clock.now() + 5.0] * 2,
-                     what=f"probe {probes} to wait for its backoff")
-            clock.step(5.0)
-        wait_for(lambda: len(attempts) == 8 and queue.counts() == (0, 0, 1),
-                 what="the sixth probe")
-        assert sorted(attempts.count(k) for k in "abc") == [1, 1, 6], \
-            f"one key probes, the others wait: {attempts}"
-        assert sample(metrics, "controller_runtime_reconcile_errors_total") == 8
-        assert sample(metrics, "controller_runtime_reconcile_total", result="error") == 8
-        assert sample(metrics, "configmirror_reconcile_given_up_total") == 0
-        down.clear()
-        clock.step(5.0)
-        wait_for(lambda: sorted(written) == ["a", "b", "c"],
-                 what="every waiting key to be released once the probe gets through")
-        assert controller.waiting_for_server() == 0
-    finally:
-        controller.stop(drain_timeout=5)
-
-
-def test_server_answered_releases_waiting_keys_at_once() -> None:
-    # The queue's clock is never stepped: the probe never fires, only the answer can help.
-    # The controller keeps its own (real) clock: it only times the outage for the log.
-    queue: WorkQueue[str] = WorkQueue(clock=FakeClock())
-    attempts: list[str] = []
-    down = threading.Event()
-    down.set()
-
-    def reconcile(key: str) -> Result:
-        attempts.append(key)
-        if down.is_set():
-            raise ServerUnavailable("503")
-        return Result()
-
-    controller = Controller("test", queue, reconcile, workers=1,
-                            server_backoff=FixedBackoff(30.0))
-    controller.start()
-    try:
-        queue.add("a")
-        queue.add("b")
-        wait_for(lambda: controller.waiting_for_server() == 2, what="both keys to wait")
-        down.clear()
-        controller.server_answered()  # as an informer that reconnects says
-        wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
-                 what="both keys retried")
-        assert controller.waiting_for_server() == 0
-    finally:
-        controller.stop(drain_timeout=5)
-
-
-def test_a_probe_that_finds_nothing_to_write_releases_the_waiting_keys() -> None:
-    clock = FakeClock()
-    queue: WorkQueue[str] = WorkQueue(clock=clock)
-    attempts: list[str] = []
-    down = threading.Event()
-    down.set()
-
-    def reconcile(key: str) -> Result:
-        attempts.append(key)
-        if down.is_set():
-            raise ServerUnavailable("connection refused")
-        return Result()  # in sync: nothing written, but the server answered
-
-    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
-                            server_backoff=FixedBackoff(5.0))
-    controller.start()
-    try:
-        queue.add("a")
-        queue.add("b")
-        wait_for(lambda: controller.waiting_for_server() == 2 and queue.counts() == (0, 0, 1)
-                 and clock.wake_times() == [clock.now() + 5.0],
-                 what="one key to probe, the other to wait")
-        down.clear()
-        clock.step(5.0)
-        wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
-                 what="the waiting key released by the probe's answer")
-        assert controller.waiting_for_server() == 0
-    finally:
-        controller.stop(drain_timeout=5)
-
-
-@pytest.mark.parametrize("answer", ["a write", "a conflict", "forbidden"])
-def test_any_answer_from_the_server_releases_the_keys_waiting_for_it(answer: str) -> None:
-    clock = FakeClock()  # never stepped: the probe never fires, only the answer can help
-    queue: WorkQueue[str] = WorkQueue(clock=clock)
-    attempts: list[str] = []
-    down = threading.Event()
-    down.set()
-
-    def reconcile(key: str) -> Result:
-        attempts.append(key)
-        if key == "other":  # a key that reaches the server once it is back
-            if answer == "a conflict":
-                raise RetryableError("409 Conflict")
-            if answer == "forbidden":
-                raise TerminalError("403 Forbidden")
-            return Result(changed=True)
-        if down.is_set():
-            raise ServerUnavailable("connection refused")
-        return Result()
-
-    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
-                            server_backoff=FixedBackoff(30.0))
-    controller.start()
-    try:
-        queue.add("a")
-        wait_for(lambda: controller.waiting_for_server() == 1, what="the key to wait")
-        down.clear()
-        queue.add("other")
-        wait_for(lambda: attempts.count("a") == 2, what=f"{answer} to release the waiting key")
-    finally:
-        controller.stop(drain_timeout=5)
-
-
-def test_each_outage_probes_from_the_first_backoff_step_again() -> None:
-    clock = FakeClock()
-    queue: WorkQueue[str] = WorkQueue(clock=clock)
-    attempts: list[str] = []
-    down = threading.Event()
-    down.set()
-
-    def reconcile(key: str) -> Result:
-        attempts.append(key)
-        if down.is_set():
-            raise ServerUnavailable("connection refused")
-        return Result(changed=True)
-
-    def probe_waits(attempt: int, delay: float) -> None:
-        wait_for(lambda: len(attempts) == attempt and queue.counts() == (0, 0, 1)
-                 and clock.wake_times() == [clock.now() + delay],
-                 what=f"probe {attempt} to wait {delay} s")
-
-    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
-                            server_backoff=ServerBackoff(0.5, 100.0, FixedRandom(0.0)))
-    controller.start()
-    try:
-        queue.add("a")
-        for attempt, delay in ((1, 0.5), (2, 1.0)):  # the first outage: backoff grows to 2 s
-            probe_waits(attempt, delay)
-            clock.step(delay)
-        probe_waits(3, 2.0)
-        down.clear()
-        clock.step(2.0)
-        wait_for(lambda: len(attempts) == 4 and queue.counts() == (0, 0, 0),
-                 what="the end of the first outage")
-        down.set()  # the second outage probes after 0.5 s again, not 4 s
-        queue.add("a")
-        probe_waits(5, 0.5)
-        down.clear()
-        clock.step(0.5)
-        wait_for(lambda: len(attempts) == 6, what="the second outage's first probe")
-    finally:
-        controller.stop(drain_timeout=5)
-
-
-def test_a_retry_after_from_the_server_is_honoured_over_a_shorter_backoff() -> None:
-    clock = FakeClock()
-    queue: WorkQueue[str] = WorkQueue(clock=clock)
-    attempts: list[str] = []
-
-    def reconcile(key: str) -> Result:
-        attempts.append(key)
-        if len(attempts) == 1:
-            raise ServerUnavailable("429 Too Many Requests", retry_after=7.0)
-        return Result()
-
-    controller = Controller("test", queue, reconcile, workers=1, clock=clock,
-                            server_backoff=FixedBackoff(1.0))
-    controller.start()
-    try:
-        start = clock.now()
-        queue.add("a")
-        wait_for(lambda: len(attempts) == 1 and queue.counts() == (0, 0, 1)
-                 and clock.wake_times() == [start + 7.0],
-                 what="the worker to wait 7 s for the key's retry")
-        clock.step(7.0)
-        wait_for(lambda: len(attempts) == 2, what="the retry after 7 s")
-    finally:
-        controller.stop(drain_timeout=5)
-
-
 def test_requeue_after_adds_the_key_again_after_that_delay_and_not_before() -> None:
     clock = FakeClock()
     queue: WorkQueue[str] = WorkQueue(clock=clock)
@@ -462,7 +230,7 @@ def test_requeue_after_adds_the_key_again_after_that_delay_and_not_before() -> N
         calls.append(key)
         return Result(requeue_after=0.5) if len(calls) == 1 else Result()
 
-    controller = Controller("test", queue, reconcile, workers=1, metrics=metrics, clock=clock)
+    controller = Controller("test", queue, reconcile, workers=1, metrics=metrics)
     controller.start()
     try:
         start = clock.now()

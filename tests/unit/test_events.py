@@ -8,8 +8,8 @@ from configmirror.clock import FakeClock
 from configmirror.events import ObjectRef, Tallies
 from configmirror.replicator import replicated_message
 
-A = ObjectRef("src", "a", "uid-a", "1")
-B = ObjectRef("src", "b", "uid-b", "1")
+A = ObjectRef("ConfigMap", "src", "a", "uid-a", "1")
+B = ObjectRef("ConfigMap", "src", "b", "uid-b", "1")
 
 
 def test_counts_of_one_object_become_one_event_after_it_is_quiet() -> None:

@@ -9,7 +9,7 @@ from configmirror.replicator import Expectations
 
 
 def obj(rv: str, content_hash: str = "h") -> CachedObject:
-    return CachedObject("a", "cfg", "u", rv, "src/cfg", False, content_hash, None)
+    return CachedObject("a", "cfg", "u", rv, "src/cfg", False, content_hash, compiled=None)
 
 
 class Cache:

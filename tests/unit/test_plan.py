@@ -16,20 +16,24 @@ from configmirror.model import (
     REPLICA_LABEL,
     REPLICA_OF,
     CachedObject,
+    Caches,
+    Kind,
     Namespace,
     admission_changes,
-    configmap_from_json,
     kept_as_written,
     namespace_from_json,
+    object_indexers,
     replica_hash,
 )
 from configmirror.plan import (
+    Admitted,
+    Decision,
     ReplicationPlan,
-    TargetPlan,
+    decide,
     desired_body,
     in_sync,
+    nothing_admitted,
     plan_source,
-    plan_target,
 )
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import (
@@ -39,23 +43,31 @@ from configmirror.spec import (
     Scope,
     parse_patterns,
 )
+from configmirror.store import Store
+from configmirror_testing import objects
 
 KEY = "src/cfg"
 SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
 ConfigMap = CachedObject
 
 
+def cached(raw: dict[str, Any], kind: Kind = CONFIGMAP) -> CachedObject:
+    return objects.cached(raw, kind)
+
+
 def source(annotations: dict[str, str] | None = None, data: dict[str, str] | None = None,
            labels: dict[str, str] | None = None, immutable: bool = False,
-           namespace: str = "src", name: str = "cfg", rv: str = "10") -> ConfigMap:
+           namespace: str = "src", name: str = "cfg", rv: str = "10",
+           created: str = "2026-01-01T00:00:00Z") -> ConfigMap:
     raw: dict[str, Any] = {
-        "metadata": {"namespace": namespace, "name": name, "uid": "u-1", "resourceVersion": rv,
+        "metadata": {"namespace": namespace, "name": name, "uid": f"u-{namespace}",
+                     "resourceVersion": rv, "creationTimestamp": created,
                      "labels": labels or {},
                      "annotations": {REPLICATE_TO: "*"} if annotations is None else annotations},
         "data": {"k": "v"} if data is None else data}
     if immutable:
         raw["immutable"] = True
-    return configmap_from_json(raw)
+    return cached(raw)
 
 
 def replica_of(src: ConfigMap, namespace: str, rv: str = "20", **edits: Any) -> ConfigMap:
@@ -63,15 +75,14 @@ def replica_of(src: ConfigMap, namespace: str, rv: str = "20", **edits: Any) -> 
     body = copy.deepcopy(desired_body(src, namespace))
     body["metadata"].update(uid=f"r-{namespace}", resourceVersion=rv)
     body.update(edits)
-    return configmap_from_json(body)
+    return cached(body)
 
 
 def plain(namespace: str, name: str = "cfg", annotations: dict[str, str] | None = None
           ) -> ConfigMap:
-    return configmap_from_json({"metadata": {"namespace": namespace, "name": name, "uid": "p",
-                                             "resourceVersion": "5",
-                                             "annotations": annotations or {}},
-                                "data": {"mine": "x"}})
+    return cached({"metadata": {"namespace": namespace, "name": name, "uid": "p",
+                                "resourceVersion": "5", "annotations": annotations or {}},
+                   "data": {"mine": "x"}})
 
 
 def ns(name: str, labels: dict[str, str] | None = None, terminating: bool = False) -> Namespace:
@@ -83,16 +94,29 @@ def ns(name: str, labels: dict[str, str] | None = None, terminating: bool = Fals
     return namespace_from_json(raw)
 
 
+def world(objects: list[CachedObject], namespaces: list[Namespace],
+          kind: Kind = CONFIGMAP) -> Caches:
+    """The caches holding exactly these objects and namespaces (real stores, as an
+    informer fills them)."""
+    store: Store[CachedObject] = Store(object_indexers())
+    for obj in objects:
+        store.upsert(obj.key, obj)
+    spaces: Store[Namespace] = Store()
+    for namespace in namespaces:
+        spaces.upsert(namespace.name, namespace)
+    return Caches(store, spaces, kind)
+
+
 def plan(src: ConfigMap | None, namespaces: list[Namespace],
          others: list[ConfigMap] = (), scope: Scope | None = None,  # type: ignore[assignment]
-         key: str = KEY, home: bool = True) -> ReplicationPlan:
+         key: str = KEY, home: bool = True, admitted: Admitted = nothing_admitted
+         ) -> ReplicationPlan:
     """plan_source over these caches; the source's own namespace is cached unless `home`
     is False (unlabelled: add it to `namespaces` to give it labels)."""
-    cms = {cm.key: cm for cm in [*([src] if src else []), *others]}
-    replicas = [cm for cm in cms.values() if cm.replica_of == key]
     if src is not None and home and all(n.name != src.namespace for n in namespaces):
         namespaces = [*namespaces, ns(src.namespace)]
-    return plan_source(key, src, namespaces, cms.get, replicas, scope or SCOPE)
+    w = world([*([src] if src else []), *others], namespaces)
+    return plan_source(key, w, w.get, scope or SCOPE, admitted)
 
 
 def kinds(p: ReplicationPlan) -> list[tuple[str, str]]:
@@ -239,7 +263,7 @@ def test_replica_with_a_stray_annotation_is_restored() -> None:
     body = copy.deepcopy(desired_body(src, "a"))
     body["metadata"].update(uid="r", resourceVersion="3")
     body["metadata"]["annotations"]["someone"] = "added this"
-    assert kinds(plan(src, ALL, [configmap_from_json(body)])) == [("update", "a")]
+    assert kinds(plan(src, ALL, [cached(body)])) == [("update", "a")]
 
 
 def test_deleted_replica_is_recreated() -> None:
@@ -292,10 +316,23 @@ def test_configmap_claiming_to_be_a_replica_without_our_label_is_foreign() -> No
 def test_two_sources_same_name_existing_replica_wins() -> None:
     first = source({REPLICATE_TO: "a"}, namespace="one")
     second = source({REPLICATE_TO: "a"}, namespace="two")
-    p = plan(second, [ns("a"), ns("one"), ns("two")], [replica_of(first, "a")], key="two/cfg")
+    p = plan(second, [ns("a"), ns("one"), ns("two")], [first, replica_of(first, "a")],
+             key="two/cfg")
     assert p.actions == ()
     assert [(c.namespace, c.owner) for c in p.conflicts] == [("a", "one/cfg")]
     assert p.conflicts[0].message == "a/cfg is already a replica of one/cfg; it is left as it is"
+
+
+def test_the_replica_of_a_deleted_source_goes_and_a_same_named_source_takes_its_place() -> None:
+    gone = source({REPLICATE_TO: "a"}, namespace="one")
+    heir = source({REPLICATE_TO: "a"}, namespace="two")
+    spaces = [ns("a"), ns("one"), ns("two")]
+    p = plan(heir, spaces, [replica_of(gone, "a")], key="two/cfg")
+    assert [(a.kind, a.namespace, a.source) for a in p.actions] == [("create", "a", "two/cfg")]
+    assert "replaces the replica of one/cfg (source deleted)" in p.actions[0].why
+    orphan = plan(None, spaces, [heir, replica_of(gone, "a")], key="one/cfg")
+    assert [(a.kind, a.namespace, a.why) for a in orphan.actions] == [
+        ("delete", "a", "source deleted")]
 
 
 def test_immutable_replica_that_must_change_is_recreated() -> None:
@@ -346,40 +383,41 @@ def test_only_a_source_has_a_replica_body() -> None:
 
 def test_cache_keeps_source_content_but_only_a_hash_of_replicas() -> None:
     src = source({REPLICATE_TO: "a"}, data={"big": "x" * 1000})
-    assert src.source is not None and src.source.payload["data"] == {"big": "x" * 1000}
+    assert src.compiled is not None and src.compiled.payload["data"] == {"big": "x" * 1000}
     replica = replica_of(src, "a")
-    assert replica.source is None and replica.replica_of == KEY and len(replica.content_hash) == 32
-    assert plain("a").content_hash == "" and plain("a").source is None
+    assert replica.compiled is None and replica.replica_of == KEY
+    assert len(replica.content_hash) == 32
+    assert plain("a").content_hash == "" and plain("a").compiled is None
 
 
 def test_the_digest_a_source_wants_is_what_the_cache_computes_from_its_replica() -> None:
     """Expectations record a write with the source's digest; the informer's transform of the
     same object must agree, or our own writes would look like drift."""
     src = source({REPLICATE_TO: "a"}, data={"k": "v"}, labels={"x": "y"}, immutable=True)
-    assert src.source is not None
+    assert src.compiled is not None
     body = copy.deepcopy(desired_body(src, "a"))
     body["metadata"].update(uid="u", resourceVersion="7")
-    assert configmap_from_json(body).content_hash == src.source.content_hash
-    assert body["metadata"]["annotations"][CONTENT_HASH] == src.source.content_hash
+    assert cached(body).content_hash == src.compiled.content_hash
+    assert body["metadata"]["annotations"][CONTENT_HASH] == src.compiled.content_hash
 
 
 def test_a_source_is_compiled_once_per_version_into_an_immutable_value() -> None:
     src = source({REPLICATE_TO: "a,b"})
-    assert src.source is not None and src.source.spec is not None
-    assert src.source.invalid is None
+    assert src.compiled is not None and src.compiled.spec is not None
+    assert src.compiled.invalid is None
     with pytest.raises(AttributeError):
-        src.source.content_hash = "x"  # type: ignore[misc]
+        src.compiled.content_hash = "x"  # type: ignore[misc]
 
 
 # -- one target ---------------------------------------------------------------------------
 
 
 def target(name: str, namespace: str, current: ConfigMap | None, sources: list[ConfigMap],
-           namespaces: list[Namespace] = ALL) -> TargetPlan:
-    by_key = {s.key: s for s in sources}
-    by_name = {n.name: n for n in [*namespaces, ns("src"), ns("one"), ns("two")]}
-    return plan_target(namespace, name, current, by_name.get(namespace), sources, by_key.get,
-                       by_name.get, SCOPE)
+           namespaces: list[Namespace] = ALL, admitted: Admitted = nothing_admitted
+           ) -> Decision:
+    by_name = {n.name: n for n in [ns("src"), ns("one"), ns("two"), *namespaces]}
+    w = world([*sources, *([current] if current else [])], list(by_name.values()))
+    return decide(namespace, name, current, w, SCOPE, admitted)
 
 
 def test_target_missing_is_created_for_the_source_that_wants_it() -> None:
@@ -420,7 +458,16 @@ def test_target_two_sources_one_name_the_existing_replica_wins() -> None:
     assert [(c.source, c.owner) for c in p.conflicts] == [("one/cfg", "two/cfg")]
 
 
-def test_target_two_sources_one_name_and_no_replica_the_lowest_key_gets_it() -> None:
+def test_target_two_sources_one_name_and_no_replica_the_older_source_gets_it() -> None:
+    older = source({REPLICATE_TO: "a"}, namespace="two", created="2026-01-01T00:00:00Z")
+    newer = source({REPLICATE_TO: "a"}, namespace="one", created="2026-01-02T00:00:00Z")
+    p = target("cfg", "a", None, [newer, older], [ns("a"), ns("one"), ns("two")])
+    assert p.action is not None and p.action.source == "two/cfg"
+    assert [(c.source, c.owner) for c in p.conflicts] == [("one/cfg", "two/cfg")]
+    assert "two/cfg, the older source" in p.conflicts[0].message
+
+
+def test_target_two_sources_created_in_the_same_second_go_by_namespace_name() -> None:
     one = source({REPLICATE_TO: "a"}, namespace="one")
     two = source({REPLICATE_TO: "a"}, namespace="two")
     p = target("cfg", "a", None, [two, one], [ns("a"), ns("one"), ns("two")])
@@ -480,63 +527,61 @@ def stamped(src: ConfigMap, namespace: str, stamp: str = "1") -> ConfigMap:
     body["metadata"]["labels"] = {**body["metadata"]["labels"], "policy.example/owner": "team"}
     body["metadata"]["annotations"] = {**body["metadata"]["annotations"],
                                        "policy.example/stamp": stamp}
-    return configmap_from_json(body)
+    return cached(body)
 
 
 def test_a_replica_stored_other_than_written_is_in_sync_only_as_the_server_stored_it() -> None:
     src = source({REPLICATE_TO: "a,b"})
-    assert src.source is not None
-    want = src.source.content_hash
+    assert src.compiled is not None
+    want = src.compiled.content_hash
     mutated = stamped(src, "a")
     assert mutated.content_hash != want, "the webhook's change is in the replica's digest"
-    assert not in_sync(mutated, want), "unknown to us, it is drift"
+    assert not in_sync(mutated, want, nothing_admitted), "unknown to us, it is drift"
     admitted = {"a/cfg": (want, mutated.content_hash)}.get
     assert in_sync(mutated, want, admitted)
     assert target("cfg", "a", mutated, [src]).action is not None
-    with_memory = plan_target("a", "cfg", mutated, ns("a"), [src], {src.key: src}.get,
-                              {"a": ns("a"), "src": ns("src")}.get, SCOPE, admitted)
+    with_memory = target("cfg", "a", mutated, [src], admitted=admitted)
     assert with_memory.action is None and with_memory.owner is src
-    assert kinds(plan_source(KEY, src, [ns("src"), ns("a"), ns("b")],
-                             {mutated.key: mutated}.get, [mutated], SCOPE,
-                             admitted=admitted)) == [("create", "b")]
+    assert kinds(plan(src, [ns("src"), ns("a"), ns("b")], [mutated],
+                      admitted=admitted)) == [("create", "b")]
 
 
 def test_a_stored_replica_edited_again_or_an_edited_source_is_drift_once_more() -> None:
     src = source({REPLICATE_TO: "a"})
-    assert src.source is not None
+    assert src.compiled is not None
     mutated = stamped(src, "a")
-    admitted = {"a/cfg": (src.source.content_hash, mutated.content_hash)}.get
+    admitted = {"a/cfg": (src.compiled.content_hash, mutated.content_hash)}.get
     edited = replica_of(src, "a", data={"k": "hand-edited"})
-    assert not in_sync(edited, src.source.content_hash, admitted)
+    assert not in_sync(edited, src.compiled.content_hash, admitted)
     restamped = stamped(src, "a", stamp="2")  # a webhook that stamps each write anew
-    assert not in_sync(restamped, src.source.content_hash, admitted)
+    assert not in_sync(restamped, src.compiled.content_hash, admitted)
     newer = source({REPLICATE_TO: "a"}, data={"k": "v2"})
-    assert newer.source is not None
-    assert not in_sync(mutated, newer.source.content_hash, admitted)
+    assert newer.compiled is not None
+    assert not in_sync(mutated, newer.compiled.content_hash, admitted)
 
 
 def test_what_admission_changed_is_named_by_keys_never_by_values() -> None:
     src = source({REPLICATE_TO: "a"}, data={"k": "secret-value", "gone": "x"})
-    assert src.source is not None
+    assert src.compiled is not None
     body = copy.deepcopy(desired_body(src, "a"))
     body["metadata"]["labels"]["policy.example/owner"] = "team"
     body["metadata"]["annotations"][CONTENT_HASH] = "whatever"  # ours: not compared
     body["data"] = {"k": "changed-value", "added": "y"}
     body["immutable"] = True
-    said = admission_changes(src.source, body, CONFIGMAP)
+    said = admission_changes(src.compiled, body, CONFIGMAP)
     assert said == ("label policy.example/owner added, data key added added, "
                     "data key gone removed, data key k changed, immutable changed")
     assert "value" not in said and "team" not in said
-    assert admission_changes(src.source, desired_body(src, "a"), CONFIGMAP) == \
+    assert admission_changes(src.compiled, desired_body(src, "a"), CONFIGMAP) == \
         "nothing that is compared"
-    assert replica_hash(desired_body(src, "a"), CONFIGMAP) == src.source.content_hash
+    assert replica_hash(desired_body(src, "a"), CONFIGMAP) == src.compiled.content_hash
 
 
 def test_a_replica_kept_as_written_is_told_apart_without_hashing() -> None:
     src = source({REPLICATE_TO: "a"}, data={"k": "v"})
-    assert src.source is not None
+    assert src.compiled is not None
     body = copy.deepcopy(desired_body(src, "a"))
     body["metadata"].update(uid="u", resourceVersion="7", creationTimestamp="2026-12-01T00:00:00Z")
-    assert kept_as_written(src.source, body, CONFIGMAP)
+    assert kept_as_written(src.compiled, body, CONFIGMAP)
     body["metadata"]["labels"]["policy.example/owner"] = "team"
-    assert not kept_as_written(src.source, body, CONFIGMAP)
+    assert not kept_as_written(src.compiled, body, CONFIGMAP)

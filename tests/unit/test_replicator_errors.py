@@ -7,7 +7,7 @@ from pytest_mock import MockerFixture
 
 from configmirror.events import EventRecorder
 from configmirror.kube import ApiError, Kube
-from configmirror.model import Caches, Namespace, object_indexers, target_key
+from configmirror.model import CONFIGMAP, Caches, Namespace, object_indexers, target_key
 from configmirror.reconcile import RetryableError, ServerUnavailable, TerminalError
 from configmirror.replicator import Expectations, Replicator
 from configmirror.settings import DEFAULT_EXCLUDED
@@ -27,9 +27,9 @@ def replicator(mocker: MockerFixture, status: int, watching: bool
     kube = mocker.create_autospec(Kube, instance=True)
     kube.request.side_effect = ApiError(status, "Reason", "message", "create", "/p")
     recorder = mocker.create_autospec(EventRecorder, instance=True)
-    return Replicator(kube, Caches(objects, namespaces), Scope.from_flags("*", DEFAULT_EXCLUDED),
-                      recorder, Expectations(lambda key: 0),
-                      watching=lambda key: watching), recorder
+    return Replicator(kube, Caches(objects, namespaces, CONFIGMAP),
+                      Scope.from_flags("*", DEFAULT_EXCLUDED), recorder,
+                      Expectations(lambda key: 0), watching=lambda key: watching), recorder
 
 
 @pytest.mark.parametrize(("status", "watching", "raised"), [
@@ -45,6 +45,6 @@ def test_a_failed_write_raises_what_the_controller_needs(
         mocker: MockerFixture, status: int, watching: bool, raised: type[Exception]) -> None:
     r, recorder = replicator(mocker, status, watching)
     with pytest.raises(raised) as err:
-        r.reconcile(target_key("a", "cfg"))
+        r.reconcile(target_key(CONFIGMAP, "a", "cfg"))
     assert "create ConfigMap a/cfg" in str(err.value)
     assert recorder.warning.called is (raised is TerminalError), "only terminal ones are told"

@@ -5,28 +5,40 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from configmirror.model import (
-    CachedObject,
-    Key,
-    Namespace,
-    configmap_from_json,
-    source_key,
-    target_key,
-)
+from configmirror import routing
+from configmirror.model import CONFIGMAP, SECRET, CachedObject, Key, Kind, Namespace
+from configmirror.model import source_key as any_source_key
+from configmirror.model import target_key as any_target_key
 from configmirror.plan import desired_body
-from configmirror.routing import namespace_keys, object_keys
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING, Scope
-from tests.unit.test_plan import ns, plain, source
+from tests.unit.test_plan import cached, ns, plain, source
 
 SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
+
+
+def source_key(namespace: str, name: str, kind: Kind = CONFIGMAP) -> Key:
+    return any_source_key(kind, namespace, name)
+
+
+def target_key(namespace: str, name: str, kind: Kind = CONFIGMAP) -> Key:
+    return any_target_key(kind, namespace, name)
+
+
+def object_keys(old: CachedObject | None, new: CachedObject | None, named: Any) -> set[Key]:
+    return routing.object_keys(CONFIGMAP, old, new, named)
+
+
+def namespace_keys(old: Namespace | None, new: Namespace | None, sources: Any, home_of: Any,
+                   scope: Scope) -> set[Key]:
+    return routing.namespace_keys(CONFIGMAP, old, new, sources, home_of, scope)
 
 
 def replica(src: CachedObject, namespace: str, **edits: Any) -> CachedObject:
     body = copy.deepcopy(desired_body(src, namespace))
     body["metadata"].update(uid="r", resourceVersion="30")
     body.update(edits)
-    return configmap_from_json(body)
+    return cached(body)
 
 
 def home(name: str) -> Namespace:
@@ -148,9 +160,9 @@ def test_invalid_sources_and_sources_outside_source_namespaces_wake_nothing() ->
 
 def test_keys_name_objects_and_print_readably() -> None:
     key = target_key("a", "cfg")
-    assert key == Key("target", "configmaps", "a", "cfg") and key.object_key == "a/cfg"
+    assert key == Key("target", CONFIGMAP, "a", "cfg") and key.object_key == "a/cfg"
     assert str(source_key("src", "cfg")) == "source configmaps src/cfg"
-    assert source_key("src", "cfg") != source_key("src", "cfg", "secrets")
+    assert source_key("src", "cfg") != source_key("src", "cfg", SECRET)
 
 
 SELECTOR = Scope.from_flags("*", DEFAULT_EXCLUDED, "configmirror.io/source=true")

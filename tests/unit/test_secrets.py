@@ -7,12 +7,12 @@ import copy
 from typing import Any
 
 from configmirror.kube import ApiError
-from configmirror.model import SECRET, CachedObject, object_from_json
-from configmirror.plan import desired_body, plan_source, plan_target
+from configmirror.model import SECRET, CachedObject
+from configmirror.plan import decide, desired_body, nothing_admitted, plan_source
 from configmirror.replicator import redacted
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import REPLICATE_TO, Scope
-from tests.unit.test_plan import ns
+from tests.unit.test_plan import cached, ns, world
 
 SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
 CERT = base64.b64encode(b"-----BEGIN CERTIFICATE----- marker-123 -----END").decode()
@@ -21,18 +21,18 @@ CERT = base64.b64encode(b"-----BEGIN CERTIFICATE----- marker-123 -----END").deco
 def secret(type_: str = "kubernetes.io/tls", data: dict[str, str] | None = None,
            annotations: dict[str, str] | None = None, namespace: str = "src",
            rv: str = "10") -> CachedObject:
-    return object_from_json({
+    return cached({
         "metadata": {"namespace": namespace, "name": "tls", "uid": "u", "resourceVersion": rv,
                      "annotations": {REPLICATE_TO: "a"} if annotations is None else annotations},
         "type": type_, "data": {"tls.crt": CERT, "tls.key": "a2V5"} if data is None else data,
-    }, kind=SECRET)
+    }, SECRET)
 
 
 def replica(src: CachedObject, namespace: str, **edits: Any) -> CachedObject:
     body = copy.deepcopy(desired_body(src, namespace))
     body["metadata"].update(uid="r", resourceVersion="20")
     body.update(edits)
-    return object_from_json(body, kind=SECRET)
+    return cached(body, SECRET)
 
 
 def test_a_secret_replica_is_a_secret_of_the_same_type_and_data() -> None:
@@ -41,13 +41,14 @@ def test_a_secret_replica_is_a_secret_of_the_same_type_and_data() -> None:
     assert (body["kind"], body["type"]) == ("Secret", "kubernetes.io/tls")
     assert body["data"] == {"tls.crt": CERT, "tls.key": "a2V5"}
     assert "binaryData" not in body and "immutable" not in body
-    assert replica(src, "a").content_hash == src.source.content_hash  # type: ignore[union-attr]
+    assert replica(src, "a").content_hash == src.compiled.content_hash  # type: ignore[union-attr]
 
 
 def test_a_replica_whose_type_must_change_is_recreated() -> None:
     old, new = secret("Opaque"), secret("kubernetes.io/tls")
-    p = plan_target("a", "tls", replica(old, "a"), ns("a"), [new], {new.key: new}.get,
-                    ns, SCOPE)
+    current = replica(old, "a")
+    w = world([new, current], [ns("src"), ns("a")], SECRET)
+    p = decide("a", "tls", current, w, SCOPE, nothing_admitted)
     assert p.action is not None and p.action.kind == "recreate"
     assert replica(old, "a").type == "Opaque"
 
@@ -56,41 +57,43 @@ def test_a_data_change_is_an_update_and_in_sync_is_nothing() -> None:
     src = secret()
     rotated = secret(data={"tls.crt": "bmV3", "tls.key": "bmV3"})
     replicas = [replica(src, "a")]
-    whole = plan_source(src.key, rotated, [ns("src"), ns("a")], {r.key: r for r in replicas}.get,
-                        replicas, SCOPE, "Secret")
+    w = world([rotated, *replicas], [ns("src"), ns("a")], SECRET)
+    whole = plan_source(src.key, w, w.get, SCOPE, nothing_admitted)
     assert [(a.kind, a.namespace) for a in whole.actions] == [("update", "a")]
-    in_sync = plan_source(src.key, src, [ns("src"), ns("a")], {r.key: r for r in replicas}.get,
-                          replicas, SCOPE, "Secret")
+    w = world([src, *replicas], [ns("src"), ns("a")], SECRET)
+    in_sync = plan_source(src.key, w, w.get, SCOPE, nothing_admitted)
     assert in_sync.in_sync
 
 
 def test_a_service_account_token_source_is_an_invalid_spec() -> None:
     src = secret("kubernetes.io/service-account-token")
-    assert src.source is not None and src.source.invalid is not None
-    assert "service-account-token" in src.source.invalid
-    p = plan_source(src.key, src, [ns("src"), ns("a")], lambda key: None, [], SCOPE, "Secret")
+    assert src.compiled is not None and src.compiled.invalid is not None
+    assert "service-account-token" in src.compiled.invalid
+    w = world([src], [ns("src"), ns("a")], SECRET)
+    p = plan_source(src.key, w, w.get, SCOPE, nothing_admitted)
     assert p.invalid is not None and p.actions == ()
 
 
 def test_a_configmap_and_a_secret_hash_differently_and_type_defaults_to_opaque() -> None:
-    untyped = object_from_json({"metadata": {"namespace": "src", "name": "s", "uid": "u",
-                                             "resourceVersion": "1",
-                                             "annotations": {REPLICATE_TO: "a"}},
-                                "data": {"k": "dg=="}}, kind=SECRET)
-    assert untyped.source is not None and untyped.source.payload["type"] == "Opaque"
+    untyped = cached({"metadata": {"namespace": "src", "name": "s", "uid": "u",
+                                   "resourceVersion": "1", "annotations": {REPLICATE_TO: "a"}},
+                      "data": {"k": "dg=="}}, SECRET)
+    assert untyped.compiled is not None and untyped.compiled.payload["type"] == "Opaque"
 
 
 def test_what_plan_shows_of_a_secret_is_key_names_sizes_and_a_hash() -> None:
     src = secret()
-    p = plan_source(src.key, src, [ns("src"), ns("a")], lambda key: None, [], SCOPE, "Secret")
+    w = world([src], [ns("src"), ns("a")], SECRET)
+    p = plan_source(src.key, w, w.get, SCOPE, nothing_admitted)
+    assert p.kind == "Secret"
     assert p.content == {"keys": {"tls.crt": len(CERT), "tls.key": 4},
-                         "hash": src.source.content_hash}  # type: ignore[union-attr]
+                         "hash": src.compiled.content_hash}  # type: ignore[union-attr]
     assert "marker-123" not in str(p.to_json()) and CERT not in str(p.to_json())
 
 
 def test_a_compiled_source_never_shows_its_values() -> None:
     src = secret()
-    for text in (repr(src), str(src), repr(src.source)):
+    for text in (repr(src), str(src), repr(src.compiled)):
         assert CERT not in text and "marker-123" not in text
 
 

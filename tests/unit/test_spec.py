@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from configmirror.model import MANAGED_BY, REPLICA_LABEL, REPLICA_OF, Source, compile_source
+from configmirror.model import (
+    CONFIGMAP,
+    DEFAULT_RULES,
+    MANAGED_BY,
+    REPLICA_LABEL,
+    REPLICA_OF,
+    Source,
+    compile_source,
+)
 from configmirror.settings import DEFAULT_DROP
 from configmirror.spec import (
     COPY_ANNOTATIONS,
@@ -80,7 +88,7 @@ def compiled(labels: dict[str, str], annotations: dict[str, str],
              rules: ReplicaRules | None = None) -> Source:
     source = compile_source("src/cfg", labels, {REPLICATE_TO: "*", **annotations},
                             {"data": {"k": "v"}},
-                            rules or ReplicaRules.from_flags(DEFAULT_DROP, DEFAULT_DROP))
+                            rules or ReplicaRules.from_flags(DEFAULT_DROP, DEFAULT_DROP), CONFIGMAP)
     assert source.invalid is None, source.invalid
     return source
 
@@ -117,6 +125,6 @@ def test_the_drop_flags_replace_the_defaults() -> None:
 
 def test_a_bad_copy_pattern_is_an_invalid_spec() -> None:
     source = compile_source("src/cfg", {}, {REPLICATE_TO: "*", COPY_LABELS: "team=x"},
-                            {"data": {}})
+                            {"data": {}}, DEFAULT_RULES, CONFIGMAP)
     assert source.invalid is not None and COPY_LABELS in source.invalid
     assert source.spec is None

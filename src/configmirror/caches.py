@@ -1,0 +1,132 @@
+"""What the operator caches, and the informers that keep it: wired one way for `run`, `plan`
+and the tests.
+
+Namespaces are watched whole. Each replicated kind has its own objects: ConfigMaps through
+one informer for the whole cluster; Secrets, when an admin names them, through one informer
+per name (a watch with a metadata.name field selector is what RBAC's resourceNames can
+authorize), each into its own store, which the domain reads as one cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from configmirror.clock import Clock
+from configmirror.informer import Informer
+from configmirror.kube import NAMESPACES, Kube
+from configmirror.metrics import Metrics
+from configmirror.model import (
+    CONFIGMAP,
+    SECRET,
+    CachedObject,
+    Caches,
+    Kind,
+    Namespace,
+    ObjectCache,
+    namespace_from_json,
+    object_indexers,
+    object_transform,
+)
+from configmirror.settings import Settings
+from configmirror.spec import ReplicaRules, Scope
+from configmirror.store import Store, StoresByName
+
+ObjectHandler = Callable[[Kind, CachedObject | None, CachedObject | None], None]
+NamespaceHandler = Callable[[Namespace | None, Namespace | None], None]
+
+
+@dataclass(frozen=True)
+class Replicated:
+    """A kind the operator replicates, as its flags set it."""
+
+    kind: Kind
+    names: tuple[str, ...]  # the only names watched; () watches every object of the kind
+    scope: Scope            # where its sources are honoured and where replicas may go
+
+
+def replicated_kinds(settings: Settings) -> list[Replicated]:
+    """ConfigMaps always; Secrets only when --secret-names names some (otherwise no Secret is
+    ever listed). Raises spec.InvalidSpec naming a flag that does not parse."""
+    kinds = [Replicated(CONFIGMAP, (), Scope.from_settings(settings))]
+    if settings.secrets:
+        kinds.append(Replicated(SECRET, tuple(settings.secrets),
+                                Scope.from_settings(settings, secrets=True)))
+    return kinds
+
+
+def _ignore(*_change: object) -> None:
+    """A handler for caches that are only listed (`plan`): nothing to tell."""
+
+
+class KindCache:
+    """One kind's informers and the cache they fill."""
+
+    def __init__(self, replicated: Replicated, caches: Caches,
+                 informers: dict[str, Informer[CachedObject]]) -> None:
+        self.kind = replicated.kind
+        self.scope = replicated.scope
+        self.caches = caches
+        self._informers = informers  # by the name they watch ("" for all)
+
+    @property
+    def informers(self) -> list[Informer[CachedObject]]:
+        return list(self._informers.values())
+
+    def _informer_of(self, key: str) -> Informer[CachedObject] | None:
+        """The informer that holds object `key` ("ns/name")."""
+        return self._informers.get(key.rsplit("/", 1)[-1]) or self._informers.get("")
+
+    def watermark(self, key: str) -> int:
+        """The newest resourceVersion whose changes the cache of object `key` holds."""
+        informer = self._informer_of(key)
+        return informer.watermark() if informer is not None else 0
+
+    def watching(self, key: str) -> bool:
+        """Whether the informer of object `key` is watching now (its cache is current)."""
+        informer = self._informer_of(key)
+        return informer is not None and informer.watching()
+
+
+class ClusterCache:
+    """Namespaces and the objects of every replicated kind, each kept by its informers."""
+
+    def __init__(self, kube: Kube, kinds: list[Replicated], rules: ReplicaRules,
+                 on_object: ObjectHandler = _ignore, on_namespace: NamespaceHandler = _ignore,
+                 metrics: Metrics | None = None, clock: Clock | None = None,
+                 resync_period: float = 0.0,
+                 on_recovered: Callable[[], None] | None = None) -> None:
+        self.namespaces: Store[Namespace] = Store()
+        self.namespace_informer: Informer[Namespace] = Informer(
+            kube, NAMESPACES, namespace_from_json, self.namespaces, on_namespace, "namespaces",
+            metrics, clock, on_recovered=on_recovered)
+        self.kinds: dict[Kind, KindCache] = {}
+        for replicated in kinds:
+            kind = replicated.kind
+            names = replicated.names or ("",)
+            stores: dict[str, Store[CachedObject]] = {n: Store(object_indexers()) for n in names}
+
+            def handler(old: CachedObject | None, new: CachedObject | None,
+                        kind: Kind = kind) -> None:
+                on_object(kind, old, new)
+
+            informers = {name: Informer(
+                kube, kind.resource.collection(), object_transform(kind, rules), store,
+                handler, kind.plural + (f":{name}" if name else ""), metrics, clock,
+                resync_period=resync_period, on_recovered=on_recovered,
+                query={"fieldSelector": f"metadata.name={name}"} if name else None)
+                for name, store in stores.items()}
+            objects: ObjectCache = stores[""] if names == ("",) else StoresByName(stores)
+            self.kinds[kind] = KindCache(replicated, Caches(objects, self.namespaces, kind),
+                                         informers)
+
+    @property
+    def informers(self) -> list[Informer[Any]]:
+        """Every informer: namespaces first, then each kind's."""
+        return [self.namespace_informer, *(i for k in self.kinds.values() for i in k.informers)]
+
+    def list_once(self) -> None:
+        """One LIST of everything into the caches, without watching (for `plan`)."""
+        for informer in self.informers:
+            informer.list_once()

@@ -1,0 +1,121 @@
+"""Waiting out an API server that does not answer, without giving any key up.
+
+A reconcile that meets an unavailable server (no answer, 429, 5xx: `ServerUnavailable`) has
+done nothing wrong, so its key must not spend its retries. `ServerGate` wraps a reconciler
+and holds such keys back: one of them, the probe, is tried again with backoff capped at
+30 s (or after the server's Retry-After); the others wait, out of the queue. The first sign
+that the server answers (a write, any API answer, an informer that reconnects) puts every
+waiting key back in the queue at once, so an outage of seconds delays replicas by seconds.
+
+To the controller a held key is an ordinary result (the probe a requeue-after, the others a
+success), so its handling stays controller-runtime's four cases.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+from configmirror.clock import Clock, RealClock
+from configmirror.reconcile import ReconcileError, Result, ServerUnavailable
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+
+class ServerBackoff:
+    """How long the probe waits after each failed attempt: 0.25 s doubling to `cap` (30 s),
+    jittered by up to a tenth so that many operators do not knock in step."""
+
+    def __init__(self, initial: float = 0.25, cap: float = 30.0,
+                 rng: random.Random | None = None) -> None:
+        self._initial = initial
+        self._cap = cap
+        self._rng = rng or random.Random()
+        self._next = initial
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self._cap)
+        return min(delay * (1 + self._rng.random() / 10), self._cap)
+
+    def reset(self) -> None:
+        self._next = self._initial
+
+
+class ServerGate(Generic[K]):
+    """A reconciler that holds back the keys that met an unavailable server."""
+
+    def __init__(self, name: str, reconcile: Callable[[K], Result],
+                 enqueue: Callable[[K], None], clock: Clock | None = None,
+                 backoff: ServerBackoff | None = None) -> None:
+        self._name = name
+        self._reconcile = reconcile
+        self._enqueue = enqueue  # puts a released key back in the queue
+        self._clock = clock or RealClock()
+        self._backoff = backoff or ServerBackoff()
+        self._lock = threading.Lock()
+        # The keys that met the outage and wait for the server to answer, and the one of
+        # them that probes it. Both are empty, and _outage_since None, outside an outage.
+        self._waiting: set[K] = set()
+        self._probe: K | None = None
+        self._outage_since: float | None = None
+
+    def reconcile(self, key: K) -> Result:
+        probing = False
+        if self._outage_since is not None:  # keys wait, and a probe exists, only in an outage
+            with self._lock:
+                self._waiting.discard(key)  # it is being tried now; a failure puts it back
+                probing = key == self._probe
+        try:
+            result = self._reconcile(key)
+        except ServerUnavailable as err:
+            return self._hold(key, err)
+        except ReconcileError:
+            self.answered()  # these come from an answer, or from the cache
+            raise
+        if result.changed or probing:
+            # A write got through, or the probe found nothing left to write: either way the
+            # keys that wait have no reason to wait longer.
+            self.answered()
+        return result
+
+    def answered(self) -> None:
+        """The API server answers (an informer reconnected, a request got through): every key
+        that waited for it goes back in the queue now."""
+        if self._outage_since is None:
+            return  # no outage, the common case: no lock
+        with self._lock:
+            if self._outage_since is None:
+                return
+            keys, self._waiting, self._probe = self._waiting, set(), None
+            self._backoff.reset()
+            since, self._outage_since = self._outage_since, None
+        log.info("%s: the API server answers again after %.1f s; retrying %d key(s)",
+                 self._name, self._clock.now() - since, len(keys))
+        for key in keys:
+            self._enqueue(key)
+
+    def waiting(self) -> int:
+        """Keys waiting for the API server to answer again."""
+        with self._lock:
+            return len(self._waiting)
+
+    def _hold(self, key: K, err: ServerUnavailable) -> Result:
+        with self._lock:
+            self._waiting.add(key)
+            if self._probe is not None and self._probe != key:
+                return Result()  # another key probes; this one waits for its answer
+            self._probe = key
+            first = self._outage_since is None
+            if first:
+                self._outage_since = self._clock.now()
+            delay = max(self._backoff.next(), err.retry_after or 0.0)
+        if first:
+            log.warning("%s: the API server does not answer (%s); waiting for it (logged "
+                        "once until it answers)", self._name, err)
+        return Result(requeue_after=delay)
