@@ -6,12 +6,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces
+from tests.conftest import Cluster, Namespaces, unique_name
 from tests.e2e.conftest import (
     Operators,
     configmap,
@@ -129,6 +130,52 @@ def test_plan_reports_conflicts_and_invalid_specs(cluster: Cluster,
     assert out.returncode == 2
     assert f"conflict {a}/mine" in out.stdout
     assert f"{src}/broken: invalid spec:" in out.stdout
+
+
+def created_at(cluster: Cluster, namespace: str, name: str) -> str:
+    return str(cluster.api_client.sanitize_for_serialization(
+        cluster.core.read_namespaced_config_map(name, namespace))["metadata"]["creationTimestamp"])
+
+
+def test_plan_and_run_agree_on_two_sources_of_one_name_the_older_wins(
+        cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
+    # The older source lives in the namespace whose name sorts last: the winner must be
+    # chosen by age, not by name (nor by whichever worker gets there first).
+    older = namespaces(name=unique_name("zz-older"))
+    newer = namespaces(name=unique_name("aa-newer"))
+    targets = [namespaces(), namespaces()]
+    spec = {REPLICATE_TO: ",".join(targets)}
+    cluster.core.create_namespaced_config_map(older, configmap("cfg", spec, data={"v": "old"}))
+    first = created_at(cluster, older, "cfg")
+
+    def next_second() -> bool:  # creationTimestamps have a resolution of one second
+        probe = unique_name("clock")
+        cluster.core.create_namespaced_config_map(newer, configmap(probe))
+        return created_at(cluster, newer, probe) > first
+    wait_for(next_second, interval=0.2, what="the API server's clock to pass a second")
+    cluster.core.create_namespaced_config_map(newer, configmap("cfg", spec, data={"v": "new"}))
+
+    def planned() -> dict[str, dict[str, Any]]:
+        out = plan(cluster, "--output", "json")
+        assert out.returncode in (0, 2), out.stderr
+        return {p["source"]: p for p in json.loads(out.stdout)["plans"]
+                if p["source"] in (f"{older}/cfg", f"{newer}/cfg")}
+
+    before = planned()
+    assert [(a["action"], a["namespace"]) for a in before[f"{older}/cfg"]["actions"]] == [
+        ("create", t) for t in sorted(targets)]
+    assert before[f"{newer}/cfg"]["actions"] == []
+    assert [(c["namespace"], c["owner"]) for c in before[f"{newer}/cfg"]["conflicts"]] == [
+        (t, f"{older}/cfg") for t in sorted(targets)]
+
+    operators()
+    wait_for(lambda: all((cm := read(cluster, t, "cfg")) is not None and cm.data == {"v": "old"}
+                         for t in targets), what="the older source's replicas")
+    wait_for(lambda: len(events(cluster, newer, "cfg", "TargetConflict")) >= 2,
+             what="a TargetConflict on the newer source for each target")
+    after = planned()
+    assert after[f"{older}/cfg"]["actions"] == [] and after[f"{newer}/cfg"]["actions"] == []
+    assert [c["namespace"] for c in after[f"{newer}/cfg"]["conflicts"]] == sorted(targets)
 
 
 def test_forbidden_and_terminating_namespaces_cause_no_hot_loop(

@@ -200,6 +200,18 @@ def test_hand_edited_replica_is_restored(cluster: Cluster, namespaces: Namespace
              what="the stray label to be removed")
 
 
+@pytest.mark.parametrize("edit", [None, "0" * 32], ids=["removed", "changed"])
+def test_a_replica_whose_content_hash_mark_was_edited_is_restored(
+        cluster: Cluster, namespaces: Namespaces, operator: Operator, edit: str | None) -> None:
+    src, a = namespaces(), namespaces()
+    cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: a}))
+    written = wait_replica(cluster, a).metadata.annotations[CONTENT_HASH]
+    cluster.core.patch_namespaced_config_map("cfg", a, {"metadata": {"annotations": {
+        CONTENT_HASH: edit}}})
+    wait_for(lambda: (read(cluster, a, "cfg").metadata.annotations or {})  # type: ignore[union-attr]
+             .get(CONTENT_HASH) == written, what="the content-hash mark to be written back")
+
+
 def test_deleted_replica_is_recreated(cluster: Cluster, namespaces: Namespaces,
                                       operator: Operator) -> None:
     src, a = namespaces(), namespaces()

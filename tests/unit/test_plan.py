@@ -266,6 +266,29 @@ def test_replica_with_a_stray_annotation_is_restored() -> None:
     assert kinds(plan(src, ALL, [cached(body)])) == [("update", "a")]
 
 
+@pytest.mark.parametrize("mark", [None, "0" * 32, ""])
+def test_a_replica_whose_content_hash_mark_is_missing_or_wrong_is_restored(
+        mark: str | None) -> None:
+    src = source({REPLICATE_TO: "a"})
+    body = copy.deepcopy(desired_body(src, "a"))
+    body["metadata"].update(uid="r", resourceVersion="3")
+    if mark is None:
+        del body["metadata"]["annotations"][CONTENT_HASH]
+    else:
+        body["metadata"]["annotations"][CONTENT_HASH] = mark
+    edited = cached(body)
+    assert edited.replica_of == KEY, "still our replica: only its mark was edited"
+    assert kinds(plan(src, ALL, [edited])) == [("update", "a")]
+    assert target("cfg", "a", edited, [src]).action is not None
+
+
+def test_an_object_naming_a_source_of_another_name_is_not_a_replica() -> None:
+    src = source({REPLICATE_TO: "a"})
+    body = copy.deepcopy(desired_body(src, "a"))
+    body["metadata"].update(name="other", uid="r", resourceVersion="3")
+    assert cached(body).replica_of is None, "we write replicas under the source's name only"
+
+
 def test_deleted_replica_is_recreated() -> None:
     src = source({REPLICATE_TO: "a,b"})
     assert kinds(plan(src, ALL, [replica_of(src, "a")])) == [("create", "b")]

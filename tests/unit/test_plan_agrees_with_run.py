@@ -1,0 +1,279 @@
+"""`plan` says what `run` does: random worlds, planned once, then run to the end.
+
+Each world has several sources per name (with creation times that tie and that do not),
+invalid ones, sources in namespaces that may not push, leftovers of deleted sources, foreign
+objects, replicas in every state (in sync, stale, edited by hand, without their hash mark),
+and namespaces in every state (labelled, ignored, terminating, absent). `plan` lists its
+actions and problems from one look at the caches. Then the workers run: the real work queue,
+the real routing of watch events and the real replicator, writing to a recording server
+that stores what it is sent; its stored objects go back into the caches as a relist does,
+round after round, until nothing more is written. Every write, conflict and problem the run
+made is then compared with what `plan` listed, object by object, and a second `plan` lists
+nothing left to do.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from configmirror.kube import ApiError
+from configmirror.model import (
+    CONFIGMAP,
+    CONTENT_HASH,
+    REPLICA_OF,
+    CachedObject,
+    Caches,
+    Key,
+    Namespace,
+    namespace_from_json,
+    object_indexers,
+)
+from configmirror.plan import desired_body, nothing_admitted, plan_source
+from configmirror.reconcile import ReconcileError
+from configmirror.replicator import Expectations, Replicator
+from configmirror.routing import namespace_keys, object_keys
+from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING, Scope
+from configmirror.store import Store
+from configmirror.workqueue import WorkQueue
+from tests.unit.test_plan import cached
+
+NAMESPACES = ("a", "b", "c", "d", "home1", "home2")
+NAMES = ("cfg", "app")
+TIMES = ("2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z", "2026-02-01T00:00:00Z")
+TARGETING = ({REPLICATE_TO: "*"}, {REPLICATE_TO: "a,b"}, {REPLICATE_TO: "*,!c"},
+             {REPLICATE_TO_MATCHING: "env=prod"},
+             {REPLICATE_TO: "d", REPLICATE_TO_MATCHING: "env in (prod,dev)"},
+             {REPLICATE_TO: "a,team-["},  # invalid: changes nothing
+             {REPLICATE_TO_MATCHING: "env in (prod"})  # invalid
+SCOPE = Scope.from_flags("*", "kube-*", "push!=no")
+
+
+@dataclass
+class World:
+    namespaces: dict[str, dict[str, Any]]
+    objects: dict[str, dict[str, Any]]  # "ns/name" -> the stored object
+
+
+def source_body(namespace: str, name: str, targeting: dict[str, str], data: str,
+                created: str, immutable: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"namespace": namespace, "name": name, "uid": f"u-{namespace}-{name}",
+                     "resourceVersion": "1", "creationTimestamp": created,
+                     "annotations": dict(targeting), "labels": {"team": data}},
+        "data": {"k": data}}
+    if immutable:
+        body["immutable"] = True
+    return body
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    namespaces: dict[str, dict[str, Any]] = {}
+    for name in NAMESPACES:
+        if name.startswith("home") or draw(st.booleans()) or name == "a":
+            labels = {}
+            if draw(st.booleans()):
+                labels["env"] = draw(st.sampled_from(["prod", "dev"]))
+            if not name.startswith("home") and draw(st.integers(0, 5)) == 0:
+                labels["configmirror.io/ignore"] = "true"
+            if draw(st.integers(0, 4)) == 0:
+                labels["push"] = "no"  # may hold no sources (SCOPE's selector)
+            meta: dict[str, Any] = {"name": name, "labels": labels, "resourceVersion": "1"}
+            raw: dict[str, Any] = {"metadata": meta}
+            if not name.startswith("home") and draw(st.integers(0, 5)) == 0:
+                meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                raw["status"] = {"phase": "Terminating"}
+            namespaces[name] = raw
+
+    objects: dict[str, dict[str, Any]] = {}
+    everything: list[dict[str, Any]] = []  # every source, the deleted ones too
+    for name in NAMES:
+        for home in ("home1", "home2", "a"):
+            if home not in namespaces or not draw(st.booleans()):
+                continue
+            body = source_body(home, name, draw(st.sampled_from(TARGETING)),
+                               draw(st.sampled_from(["x", "y"])), draw(st.sampled_from(TIMES)),
+                               draw(st.integers(0, 5)) == 0)
+            everything.append(body)
+            if draw(st.integers(0, 3)) > 0:  # else: deleted, its replicas may be left
+                objects[f"{home}/{name}"] = body
+
+    for namespace in namespaces:
+        for name in NAMES:
+            key = f"{namespace}/{name}"
+            if key in objects:
+                continue
+            occupant = draw(st.sampled_from(["none", "none", "replica", "replica", "foreign"]))
+            if occupant == "foreign":
+                objects[key] = {"metadata": {"namespace": namespace, "name": name,
+                                             "uid": f"f-{key}", "resourceVersion": "1"},
+                                "data": {"mine": "1"}}
+                continue
+            owners = [s for s in everything if s["metadata"]["name"] == name
+                      and s["metadata"]["namespace"] != namespace]
+            if occupant == "none" or not owners:
+                continue
+            owner = draw(st.sampled_from(owners))
+            state = draw(st.sampled_from(["in sync", "stale", "edited", "no hash"]))
+            origin = copy.deepcopy(owner)
+            if state == "stale":
+                origin["data"] = {"k": "old"}
+            replica = copy.deepcopy(desired_body(cached(origin), namespace))
+            replica["metadata"].update(uid=f"r-{key}", resourceVersion="1")
+            if state == "edited":
+                replica["data"] = {"k": "by hand"}
+            elif state == "no hash":
+                del replica["metadata"]["annotations"][CONTENT_HASH]
+            objects[key] = replica
+    return World(namespaces, objects)
+
+
+# -- the run's side: a recording server and the workers -------------------------------------
+
+
+@dataclass
+class RecordingServer:
+    """Stores what it is sent, as the API server would, with resourceVersion preconditions;
+    records every write with the source it is for. Only the replicator talks to it."""
+
+    objects: dict[str, dict[str, Any]]
+    revision: int = 1
+    writes: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, object, source)
+
+    def request(self, verb: str, path: str, query: Any = None, body: Any = None,
+                **_options: Any) -> dict[str, Any]:
+        parts = path.strip("/").split("/")  # api v1 namespaces NS configmaps [NAME]
+        namespace = parts[3]
+        name = parts[5] if len(parts) > 5 else body["metadata"]["name"]
+        key = f"{namespace}/{name}"
+        stored = self.objects.get(key)
+        if verb == "create":
+            if stored is not None:
+                raise ApiError(409, "AlreadyExists", f"{key} exists", verb, path)
+            return self._store(verb, key, body)
+        if stored is None:
+            raise ApiError(404, "NotFound", f"{key} not found", verb, path)
+        if verb == "update":
+            if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", "the object has been modified", verb, path)
+            if stored.get("immutable"):
+                raise ApiError(422, "Invalid", "field is immutable", verb, path)
+            return self._store(verb, key, body)
+        assert verb == "delete", verb
+        if body["preconditions"]["resourceVersion"] != stored["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "precondition failed", verb, path)
+        del self.objects[key]
+        self.revision += 1
+        self.writes.append(("delete", key, stored["metadata"]["annotations"][REPLICA_OF]))
+        return {}
+
+    def _store(self, verb: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.revision += 1
+        stored = copy.deepcopy(body)
+        stored["metadata"].update(uid=f"w-{self.revision}", resourceVersion=str(self.revision))
+        self.objects[key] = stored
+        self.writes.append((verb, key, body["metadata"]["annotations"][REPLICA_OF]))
+        return copy.deepcopy(stored)
+
+
+class RecordingRecorder:
+    """The Events the replicator would write: (reason, the object they are on, message)."""
+
+    def __init__(self) -> None:
+        self.warnings: list[tuple[str, str, str]] = []
+
+    def warning(self, ref: Any, reason: str, message: str) -> None:
+        self.warnings.append((reason, f"{ref.namespace}/{ref.name}", message))
+
+    def tally(self, *_args: Any) -> None:
+        pass
+
+
+def caches_of(world: World) -> tuple[Caches, Store[CachedObject], Store[Namespace]]:
+    objects: Store[CachedObject] = Store(object_indexers())
+    objects.replace({k: cached(v) for k, v in world.objects.items()})
+    spaces: Store[Namespace] = Store()
+    spaces.replace({k: namespace_from_json(v) for k, v in world.namespaces.items()})
+    return Caches(objects, spaces, CONFIGMAP), objects, spaces
+
+
+def plan_all(world: World) -> list[Any]:
+    caches, _, _ = caches_of(world)
+    keys = {s.key for s in caches.sources()} | set(caches.replicated_sources())
+    return [plan_source(k, caches, caches.get, SCOPE, nothing_admitted) for k in sorted(keys)]
+
+
+def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
+    """The workers, round after round (each round ends with a relist), until quiet."""
+    server = RecordingServer(copy.deepcopy(world.objects))
+    recorder = RecordingRecorder()
+    caches, objects, spaces = caches_of(world)
+    listed = [server.revision]  # the revision the caches were last listed at (the watermark)
+    replicator = Replicator(server, caches, SCOPE, recorder,  # type: ignore[arg-type]
+                            Expectations(lambda key: listed[0]))
+    queue: WorkQueue[Key] = WorkQueue()
+    # Start-up: the informers' first lists arrive as "added" events.
+    for namespace in spaces.values():
+        for key in namespace_keys(CONFIGMAP, None, namespace, caches.sources(),
+                                  caches.namespace, SCOPE):
+            queue.add(key)
+    for obj in objects.values():
+        for key in object_keys(CONFIGMAP, None, obj, caches.sources_named):
+            queue.add(key)
+    for _ in range(10):
+        written = len(server.writes)
+        while (key := queue.get()) is not None:
+            try:
+                result = replicator.reconcile(key)
+            except ReconcileError as err:
+                raise AssertionError(f"{key}: {err}") from None
+            for follow_up in result.follow_up:
+                queue.add(follow_up)  # type: ignore[arg-type]
+            queue.done(key)
+        if len(server.writes) == written:
+            return server, recorder
+        # The watch brings the writes back: a relist, and an event for each change.
+        deleted, changed = objects.replace({k: cached(v) for k, v in server.objects.items()})
+        listed[0] = server.revision
+        events = [*((old, None) for old in deleted.values()), *changed.values()]
+        for old, new in events:
+            for key in object_keys(CONFIGMAP, old, new, caches.sources_named):
+                queue.add(key)
+    raise AssertionError(f"still writing after 10 rounds: {server.writes}")
+
+
+def expected_writes(plans: list[Any]) -> Counter[tuple[str, str, str]]:
+    """The writes a plan's actions mean: a recreate is a delete and a create."""
+    writes: Counter[tuple[str, str, str]] = Counter()
+    for p in plans:
+        for a in p.actions:
+            where = f"{a.namespace}/{a.name}"
+            for verb in (("delete", "create") if a.kind == "recreate" else (a.kind,)):
+                writes[(verb, where, a.source)] += 1
+    return writes
+
+
+@settings(max_examples=300)
+@given(worlds())
+def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> None:
+    plans = plan_all(world)
+    server, recorder = run(world)
+
+    assert Counter(server.writes) == expected_writes(plans)
+    conflicts = {(r, obj, m.split(" ", 1)[0]) for r, obj, m in recorder.warnings
+                 if r == "TargetConflict"}
+    assert conflicts == {("TargetConflict", c.source, f"{c.namespace}/{c.name}")
+                         for p in plans for c in p.conflicts}
+    problems = {(r, obj) for r, obj, _ in recorder.warnings if r != "TargetConflict"}
+    assert problems == {("InvalidSpec", p.source) for p in plans if p.invalid} | {
+        ("SourceNotAllowed", p.source) for p in plans if p.not_allowed}
+
+    after = plan_all(World(world.namespaces, server.objects))
+    assert [(p.source, p.actions) for p in after if p.actions] == []
