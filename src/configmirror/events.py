@@ -218,7 +218,9 @@ class EventRecorder:
                 while not self._queue:
                     if self._stopping:
                         return
-                    self._cond.wait(self._tallies.next_due_in())
+                    due_in = self._tallies.next_due_in()
+                    self._clock.wait(self._cond, None if due_in is None
+                                     else self._clock.now() + due_in, None)
                     self._queue.extend(self._tallies.due(flush_all=self._stopping))
                 event = self._queue.popleft()
                 self._writing = 1
@@ -230,12 +232,16 @@ class EventRecorder:
             if written:
                 delay = RETRY_MIN
                 continue
-            # The server does not answer: keep the Event first in line and wait a while.
+            # The server does not answer: keep the Event first in line and wait a while. New
+            # Events wake the condition; they must not cut the wait short (a request per Event
+            # to a server that does not answer).
             with self._cond:
                 if self._stopping:
                     return  # no server to flush to
                 self._queue.appendleft(event)
-                self._cond.wait(delay)
+                until = self._clock.now() + delay
+                while not self._stopping and self._clock.now() < until:
+                    self._clock.wait(self._cond, until, None)
             delay = min(delay * 2, RETRY_MAX)
 
     def _write(self, event: _Event) -> bool:

@@ -1,12 +1,19 @@
-"""Tallies: many reconciles' counts become one Event per object once it is quiet."""
+"""Events: many reconciles' counts become one Event per object once it is quiet (Tallies), and the
+recorder writes, aggregates, retries and drops them off the workers' threads."""
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from configmirror.clock import FakeClock
-from configmirror.events import ObjectRef, Tallies
+from configmirror.events import QUIET, RETRY_MIN, EventRecorder, ObjectRef, Tallies
+from configmirror.kube import ApiError
 from configmirror.replicator import replicated_message
+from configmirror_testing.wait import wait_for
 
 A = ObjectRef("ConfigMap", "src", "a", "uid-a", "1")
 B = ObjectRef("ConfigMap", "src", "b", "uid-b", "1")
@@ -77,3 +84,153 @@ def test_only_a_new_tally_can_be_due_sooner() -> None:
         if not len(tallies):
             assert tallies.add(A, "Replicated", "updated", "again", replicated_message) is True
     assert tallies.add(B, "Replicated", "created", "ns-0", replicated_message) is True
+
+
+# -- the recorder: its writer thread on a fake clock, against a recording client ----------------
+
+
+class EventServer:
+    """Stands in for the client the recorder writes through: records each request; answers
+    with the failures a test queues (an ApiError), else success."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str, dict[str, Any]]] = []
+        self.failures: list[ApiError] = []
+        self._lock = threading.Lock()
+
+    def request(self, verb: str, path: str, query: Any = None, body: Any = None,
+                **_options: Any) -> dict[str, Any]:
+        with self._lock:
+            self.requests.append((verb, path, body))
+            if self.failures:
+                raise self.failures.pop(0)
+        return {}
+
+    def written(self) -> list[tuple[str, str, dict[str, Any]]]:
+        with self._lock:
+            return list(self.requests)
+
+
+def unavailable() -> ApiError:
+    return ApiError(0, "ConnectionError", "connection refused", "create", "/events")
+
+
+@pytest.fixture
+def recorder(request: pytest.FixtureRequest
+             ) -> Iterator[tuple[EventRecorder, EventServer, FakeClock, list[int]]]:
+    """A started recorder (its queue holds 100 Events, or a test's parameter)."""
+    server, clock, dropped = EventServer(), FakeClock(), [0]
+    max_queued = getattr(request, "param", 100)
+
+    def on_dropped() -> None:
+        dropped[0] += 1
+
+    recorder = EventRecorder(server, instance="test", max_queued=max_queued,  # type: ignore[arg-type]
+                             clock=clock, on_dropped=on_dropped)
+    recorder.start()
+    try:
+        yield recorder, server, clock, dropped
+    finally:
+        recorder.stop(timeout=5)
+
+
+def test_a_repeated_warning_patches_the_count_of_the_event_written_for_it(
+        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+    events, server, _, _ = recorder
+    for _ in range(3):
+        events.warning(A, "TargetConflict", "a/cfg exists")
+    events.warning(B, "TargetConflict", "a/cfg exists")  # another object: an Event of its own
+    wait_for(lambda: len(server.written()) == 4 and events.pending() == 0,
+             what="four writes")
+    verbs = [(verb, body.get("count")) for verb, _, body in server.written()]
+    assert verbs == [("create", 1), ("patch", 2), ("patch", 3), ("create", 1)]
+    create = server.written()[0][2]
+    assert create["involvedObject"] == {"kind": "ConfigMap", "apiVersion": "v1",
+                                        "namespace": "src", "name": "a", "uid": "uid-a",
+                                        "resourceVersion": "1"}
+    assert (create["type"], create["reason"], create["message"]) == (
+        "Warning", "TargetConflict", "a/cfg exists")
+    name = create["metadata"]["name"]
+    assert server.written()[1][1] == f"/api/v1/namespaces/src/events/{name}"
+
+
+def test_an_event_whose_record_expired_is_written_anew(
+        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+    events, server, _, _ = recorder
+    events.warning(A, "InvalidSpec", "bad")
+    wait_for(lambda: len(server.written()) == 1 and events.pending() == 0, what="the create")
+    server.failures.append(ApiError(404, "NotFound", "gone", "patch", "/events/x"))
+    events.warning(A, "InvalidSpec", "bad")
+    wait_for(lambda: len(server.written()) == 3 and events.pending() == 0,
+             what="the patch, then a new create")
+    assert [(verb, body["count"]) for verb, _, body in server.written()] == [
+        ("create", 1), ("patch", 2), ("create", 1)]
+
+
+def test_an_unavailable_server_is_waited_out_with_the_event_first_in_line(
+        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+    events, server, clock, _ = recorder
+    server.failures += [unavailable(), unavailable()]
+    events.warning(A, "First", "1")
+    events.warning(B, "Second", "2")
+    # 0.5 s after the first failure, then 1 s: the writer waits on the clock, not on a sleep.
+    for attempt, delay in ((1, RETRY_MIN), (2, 2 * RETRY_MIN)):
+        wait_for(lambda attempt=attempt, delay=delay: len(server.written()) == attempt
+                 and clock.wake_times() == [clock.now() + delay],
+                 what=f"attempt {attempt} to wait {delay} s")
+        assert events.pending() == 2, "nothing is lost while the server does not answer"
+        clock.step(delay)
+    wait_for(lambda: events.pending() == 0, what="both Events written")
+    assert [body["reason"] for _, _, body in server.written()] == [
+        "First", "First", "First", "Second"], "the one that failed is written first"
+
+
+def test_an_event_the_server_rejects_is_dropped_and_the_rest_go_on(
+        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+    events, server, _, _ = recorder
+    server.failures.append(ApiError(422, "Invalid", "too long", "create", "/events"))
+    events.warning(A, "Rejected", "1")
+    events.warning(B, "Next", "2")
+    wait_for(lambda: events.pending() == 0, what="both handled")
+    assert [body["reason"] for _, _, body in server.written()] == ["Rejected", "Next"]
+
+
+@pytest.mark.parametrize("recorder", [3], indirect=True)
+def test_a_full_queue_drops_events_and_counts_each(
+        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]],
+        caplog: pytest.LogCaptureFixture) -> None:
+    events, server, clock, dropped = recorder
+    server.failures.append(unavailable())
+    events.warning(A, "Blocked", "0")  # the writer holds this one, waiting for the server
+    wait_for(lambda: clock.waiters() == 1, what="the writer to wait for the server")
+    for i in range(5):
+        events.warning(A, "Queued", str(i))
+    assert dropped[0] == 3, "the queue (3) keeps the first three, the rest are dropped"
+    assert caplog.text.count("Event queue full") == 1, "logged once, not per Event"
+    clock.step(RETRY_MIN)
+    wait_for(lambda: events.pending() == 0, what="the queue to drain")
+    assert [body["message"] for _, _, body in server.written()] == ["0", "0", "0", "1"], \
+        "the held Event, then the queued ones that fit"
+
+
+def test_a_tally_is_written_as_one_event_once_its_object_is_quiet(
+        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+    events, server, clock, _ = recorder
+    for i in range(100):
+        events.tally(A, "Replicated", "created", f"ns-{i}", replicated_message)
+    wait_for(lambda: clock.wake_times() == [clock.now() + QUIET],
+             what="the writer to wait for the tally to be quiet")
+    assert server.written() == []
+    clock.step(QUIET)
+    wait_for(lambda: len(server.written()) == 1, what="the one Event")
+    body = server.written()[0][2]
+    assert (body["type"], body["reason"], body["message"]) == (
+        "Normal", "Replicated", "created 100, updated 0, deleted 0 replicas")
+
+
+def test_stop_writes_the_open_tallies_and_the_queue(
+        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+    events, server, _, _ = recorder
+    events.tally(A, "Replicated", "updated", "ns-1", replicated_message)
+    events.stop(timeout=5)
+    assert [body["reason"] for _, _, body in server.written()] == ["Replicated"]
