@@ -63,9 +63,10 @@ class Store(Generic[T]):
             return deleted, changed
 
     def get(self, key: str) -> T | None:
-        # No lock: one dict lookup is atomic, and `_items` is only ever replaced whole. The
-        # lock keeps the indexes consistent with the items, which a single read never sees.
-        # Reconcile reads here several times per key, against the informer's writes.
+        # No lock: one dict lookup is atomic (under the GIL) whether the informer is setting
+        # or deleting a key in place (upsert, delete) or rebinding `_items` to a new dict (a
+        # relist's replace). The lock keeps the indexes consistent with the items, which a
+        # single read never sees. Reconcile reads here several times per key.
         return self._items.get(key)
 
     def values(self) -> list[T]:
