@@ -181,18 +181,19 @@ class EventRecorder:
     def stop(self, timeout: float = 5.0) -> None:
         """Write what is queued (tallies too) for up to `timeout` seconds, then stop."""
         with self._cond:
-            self._stopping = True
-            self._queue.extend(self._tallies.due(flush_all=True))
+            self._stopping = True  # the writer flushes every tally and ends once it is empty
             self._cond.notify()
-        if self._thread is not None:
+        if self._thread is None:
+            return
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            # The server is too slow: drop the rest; the writer ends after the write it is
+            # in (which has its own timeout).
+            with self._cond:
+                lost = len(self._queue)
+                self._queue.clear()
+            log.warning("stopped with %d Events unwritten", lost)
             self._thread.join(timeout)
-            if self._thread.is_alive():
-                with self._cond:
-                    lost = len(self._queue)
-                    self._queue.clear()
-                    self._cond.notify()
-                self._thread.join(timeout)
-                log.warning("stopped with %d Events unwritten", lost)
 
     # -- the writer thread --------------------------------------------------------------------
 
@@ -214,14 +215,15 @@ class EventRecorder:
         delay = RETRY_MIN
         while True:
             with self._cond:
-                self._queue.extend(self._tallies.due(flush_all=self._stopping))
-                while not self._queue:
+                while True:
+                    self._queue.extend(self._tallies.due(flush_all=self._stopping))
+                    if self._queue:
+                        break
                     if self._stopping:
                         return
                     due_in = self._tallies.next_due_in()
                     self._clock.wait(self._cond, None if due_in is None
                                      else self._clock.now() + due_in, None)
-                    self._queue.extend(self._tallies.due(flush_all=self._stopping))
                 event = self._queue.popleft()
                 self._writing = 1
             try:

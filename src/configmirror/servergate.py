@@ -90,11 +90,12 @@ class ServerGate(Generic[K]):
         if self._outage_since is None:
             return  # no outage, the common case: no lock
         with self._lock:
-            if self._outage_since is None:
-                return
+            since = self._outage_since
+            if since is None:
+                return  # another thread's answer ended the outage first
             keys, self._waiting, self._probe = self._waiting, set(), None
             self._backoff.reset()
-            since, self._outage_since = self._outage_since, None
+            self._outage_since = None
         log.info("%s: the API server answers again after %.1f s; retrying %d key(s)",
                  self._name, self._clock.now() - since, len(keys))
         for key in keys:

@@ -3,6 +3,7 @@ recorder writes, aggregates, retries and drops them off the workers' threads."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -232,5 +233,117 @@ def test_stop_writes_the_open_tallies_and_the_queue(
         recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
     events, server, _, _ = recorder
     events.tally(A, "Replicated", "updated", "ns-1", replicated_message)
+    events.warning(B, "Queued", "1")
     events.stop(timeout=5)
-    assert [body["reason"] for _, _, body in server.written()] == ["Replicated"]
+    assert sorted(body["reason"] for _, _, body in server.written()) == ["Queued", "Replicated"]
+    assert events.pending() == 0
+
+
+def test_next_due_in_is_the_earliest_of_quiet_and_max_age_and_never_negative() -> None:
+    clock = FakeClock()
+    tallies = Tallies(clock)  # the defaults: quiet 2 s, max age 60 s
+    tallies.add(A, "Replicated", "created", "ns-0", replicated_message)
+    assert tallies.next_due_in() == 2.0
+    for i in range(1, 59):  # a count a second: never quiet, so due at 60 s
+        clock.step(1.0)
+        tallies.add(A, "Replicated", "created", f"ns-{i}", replicated_message)
+    assert tallies.next_due_in() == 2.0, "quiet 2 s from now comes before 60 s from the start"
+    clock.step(1.0)
+    tallies.add(A, "Replicated", "created", "ns-59", replicated_message)
+    assert tallies.next_due_in() == 1.0, "max age: 60 s after the first count"
+    tallies.add(B, "Replicated", "created", "ns-0", replicated_message)
+    assert tallies.next_due_in() == 1.0, "the earliest of two"
+    clock.step(5.0)
+    assert tallies.next_due_in() == 0.0, "overdue is due now"
+    assert [e.ref for e in tallies.due()] == [A, B]
+
+
+def test_a_message_is_cut_to_1024_characters(
+        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+    events, server, _, _ = recorder
+    events.warning(A, "Long", "x" * 5000)
+    wait_for(lambda: events.pending() == 0 and server.written(), what="the Event")
+    assert len(server.written()[0][2]["message"]) == 1024
+
+
+def test_retries_wait_half_a_second_doubling_to_30_s_and_the_first_failure_is_logged_once(
+        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]],
+        caplog: pytest.LogCaptureFixture) -> None:
+    events, server, clock, _ = recorder
+    server.failures += [unavailable() for _ in range(9)]
+    events.warning(A, "Patient", "1")
+    for attempt, delay in enumerate((0.5, 1, 2, 4, 8, 16, 30, 30, 30), start=1):
+        wait_for(lambda attempt=attempt, delay=delay: len(server.written()) == attempt
+                 and clock.wake_times() == [clock.now() + delay],
+                 what=f"attempt {attempt} to wait {delay} s")
+        clock.step(delay)
+    wait_for(lambda: events.pending() == 0, what="the Event written at last")
+    assert len(server.written()) == 10
+    warned = [r for r in caplog.records if "cannot record Event" in r.getMessage()]
+    assert [r.levelname for r in warned] == ["WARNING"], "once, then at debug level"
+
+
+def test_the_events_are_reported_by_the_instance_given_or_else_the_host() -> None:
+    server = EventServer()
+    given = EventRecorder(server, instance="pod-1", clock=FakeClock())  # type: ignore[arg-type]
+    default = EventRecorder(server, clock=FakeClock())  # type: ignore[arg-type]
+    assert given.pending() == 0 and default.pending() == 0, "nothing pending at first"
+    for recorder, instance in ((given, "pod-1"), (default, socket.gethostname())):
+        recorder.warning(A, "Who", "1")
+        recorder.start()
+        recorder.stop(timeout=5)
+        assert server.written()[-1][2]["reportingInstance"] == instance
+
+
+def test_pending_counts_the_queue_the_open_tallies_and_the_event_being_written() -> None:
+    server, clock = EventServer(), FakeClock()
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        entered.set()
+        release.wait(10)
+        return {}
+
+    server.request = slow  # type: ignore[method-assign]
+    events = EventRecorder(server, clock=clock)  # type: ignore[arg-type]
+    events.warning(A, "InFlight", "1")
+    events.warning(B, "Queued", "2")
+    events.tally(A, "Replicated", "created", "ns", replicated_message)
+    assert events.pending() == 3
+    events.start()
+    try:
+        assert entered.wait(10)
+        assert events.pending() == 3, "one being written, one queued, one tally"
+    finally:
+        release.set()
+        events.stop(timeout=5)
+    assert events.pending() == 0
+
+
+def test_stop_gives_up_on_a_server_too_slow_to_take_the_rest(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = EventServer()
+    entered, release = threading.Event(), threading.Event()
+    requests: list[str] = []
+
+    def hangs(verb: str, path: str, query: Any = None, body: Any = None,
+              **_options: Any) -> dict[str, Any]:
+        requests.append(body["reason"])
+        entered.set()
+        release.wait(10)
+        return {}
+
+    server.request = hangs  # type: ignore[method-assign]
+    events = EventRecorder(server, clock=FakeClock())  # type: ignore[arg-type]
+    for reason in ("First", "Second", "Third"):
+        events.warning(A, reason, "1")
+    events.start()
+    assert entered.wait(10)
+    done = threading.Thread(target=events.stop, kwargs={"timeout": 0.5})
+    done.start()
+    wait_for(lambda: "stopped with 2 Events unwritten" in caplog.text,
+             what="stop to give up on the rest")
+    release.set()
+    done.join(10)
+    assert not done.is_alive()
+    assert requests == ["First"], "the Events given up on are never sent"
