@@ -16,15 +16,15 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from configmirror import __version__
 from configmirror.caches import ClusterCache, Replicated, replicated_kinds
 from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
-from configmirror.plan import ReplicationPlan, nothing_admitted, plan_source
-from configmirror.settings import Settings
+from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_source
+from configmirror.settings import Settings, format_duration, parse_duration
 from configmirror.spec import InvalidSpec, ReplicaRules
 
 ENV_PREFIX = "CONFIGMIRROR_"
@@ -46,7 +46,7 @@ def _env(flag: str) -> str:
 
 
 def _add(parser: argparse.ArgumentParser, flag: str, default: Any, help: str,
-         kind: type = str, choices: Sequence[str] | None = None) -> None:
+         kind: Callable[[str], Any] = str, choices: Sequence[str] | None = None) -> None:
     """A flag whose default comes from its environment variable, then from `default`."""
     raw = os.environ.get(_env(flag))
     if kind is bool:
@@ -61,6 +61,11 @@ def _add(parser: argparse.ArgumentParser, flag: str, default: Any, help: str,
             raise UsageError(f"{_env(flag)}={raw!r} is not a valid {kind.__name__}") from None
     parser.add_argument(flag, type=kind, default=default, choices=choices,
                         help=f"{help} (default: {default}) [env {_env(flag)}]")
+
+
+def duration(text: str) -> float:
+    """A duration flag's value: `60s`, `1m30s`, `0s` (argparse names the type in errors)."""
+    return parse_duration(text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -93,6 +98,10 @@ def _parser() -> argparse.ArgumentParser:
              "Flux and Helm claim objects; '' drops nothing)")
         _add(p, "--drop-annotations", d.drop_annotations, "annotation keys never copied to a "
              "replica (globs; replaces the default list, the same as --drop-labels's)")
+        _add(p, "--delete-grace", format_duration(d.delete_grace), "how long every removal of "
+             "a replica waits after its cause is first seen (a source deleted or no longer "
+             "annotated, a namespace that stops matching); if the cause goes within it, "
+             "nothing is written. 0s removes at once", duration)
         _add(p, "--log-format", d.log_format, "log format", choices=("text", "json"))
         _add(p, "--log-level", d.log_level, "log level",
              choices=("debug", "info", "warning", "error"))
@@ -238,7 +247,10 @@ def _plan(args: argparse.Namespace) -> int:
         keys = {source.key for source in world.sources()} | set(world.replicated_sources())
         if args.namespace:
             keys = {k for k in keys if k.split("/", 1)[0] == args.namespace}
-        plans += [plan_source(key, world, world.get, cached.scope, nothing_admitted)
+        # No memory of when the operator first saw a removal's cause: each is shown with the
+        # whole grace left, the most it can take.
+        grace = Grace.from_now(settings.delete_grace)
+        plans += [plan_source(key, world, world.get, cached.scope, nothing_admitted, grace)
                   for key in sorted(keys)]
     in_sync = all(p.in_sync for p in plans)
     if args.output == "json":
@@ -266,7 +278,8 @@ def _print_plans(plans: list[ReplicationPlan]) -> None:
             keys = ", ".join(f"{k} ({n} B)" for k, n in plan.content["keys"].items())
             print(f"  content  {keys or 'no keys'}; hash {plan.content['hash']}")
         for action in plan.actions:
-            print(f"  {action.kind:<8} {action.namespace}/{action.name}  ({action.why})")
+            when = f"in {format_duration(action.due_in)}: " if action.due_in > 0 else ""
+            print(f"  {action.kind:<8} {action.namespace}/{action.name}  ({when}{action.why})")
         for conflict in plan.conflicts:
             print(f"  conflict {conflict.namespace}/{conflict.name}  ({conflict.message})")
     changes = sum(len(p.actions) for p in plans)

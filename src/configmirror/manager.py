@@ -66,8 +66,11 @@ class Manager:
         self.replicators: dict[Kind, Replicator] = {
             kind: Replicator(kube, cached.caches, cached.scope, self.recorder,
                              Expectations(cached.watermark), self.metrics, settings.dry_run,
-                             cached.watching)
+                             cached.watching, delete_grace=settings.delete_grace,
+                             clock=self._clock)
             for kind, cached in self.cache.kinds.items()}
+        self.metrics.pending_removals.set_function(
+            lambda: sum(r.pending_removals() for r in self.replicators.values()))
         # Keys that meet an API server that does not answer wait for it, uncounted.
         self.gate: ServerGate[Key] = ServerGate("configmirror", self._reconcile,
                                                 self.queue.add, self._clock)

@@ -159,6 +159,9 @@ class Metrics:
             "and resource (configmaps, secrets)", ["action", "resource"], registry=r)
         self.leader = Gauge("configmirror_leader", "1 while this process holds the lease",
                             registry=r)
+        self.pending_removals = Gauge(
+            "configmirror_pending_removals", "Replicas whose removal (delete or release) waits "
+            "out --delete-grace", registry=r)
 
     def child(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)`, looked up once per label set. labels() takes a lock and

@@ -23,14 +23,18 @@ from configmirror.settings import DEFAULT_DROP
 from configmirror.spec import (
     COPY_ANNOTATIONS,
     COPY_LABELS,
+    ON_DELETE,
     PREFIX,
     REPLICATE_TO,
     REPLICATE_TO_MATCHING,
+    SYNC,
     InvalidSpec,
+    Lifecycle,
     Patterns,
     ReplicaRules,
     Spec,
     parse_copied,
+    parse_lifecycle,
     parse_spec,
 )
 from configmirror.store import Store
@@ -38,6 +42,7 @@ from configmirror.store import Store
 REPLICA_OF = PREFIX + "replica-of"
 CONTENT_HASH = PREFIX + "content-hash"
 REPLICA_LABEL = PREFIX + "replica"
+RELEASED_FROM = PREFIX + "released-from"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 DEFAULT_RULES = ReplicaRules.from_flags(DEFAULT_DROP, DEFAULT_DROP)
@@ -114,6 +119,7 @@ class Source:
     kind: str                     # "ConfigMap" or "Secret"
     spec: Spec | None             # None when the annotations do not parse
     invalid: str | None           # the fault, naming the annotation
+    lifecycle: Lifecycle          # on-delete and sync
     labels: Mapping[str, str]     # a replica's labels, ours included
     annotations: Mapping[str, str]  # a replica's annotations, replica-of and hash included
     payload: Mapping[str, Any]    # the top-level fields copied as they are (data, ...)
@@ -147,6 +153,9 @@ class CachedObject:
     compiled: Source | None  # set only for sources: what the object asks of its replicas
     type: str = ""          # a Secret's type ("" for a ConfigMap)
     created: str = ""       # a source's creationTimestamp (the older of two sources wins)
+    # on-delete: retain on this version: a source's (or a former source's) own setting; on
+    # a replica, our mark that its source had it when the replica was written.
+    retain: bool = False
 
     @property
     def key(self) -> str:
@@ -196,19 +205,23 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
     try:
         spec = parse_spec(annotations.get(REPLICATE_TO), annotations.get(REPLICATE_TO_MATCHING))
         copied = parse_copied(annotations.get(COPY_LABELS), annotations.get(COPY_ANNOTATIONS))
+        lifecycle = parse_lifecycle(annotations.get(ON_DELETE), annotations.get(SYNC))
         if kind is SECRET and raw.get("type") == SERVICE_ACCOUNT_TOKEN:
             raise InvalidSpec(f"a Secret of type {SERVICE_ACCOUNT_TOKEN} belongs to its "
                               f"namespace's ServiceAccount and is never replicated")
     except InvalidSpec as err:
         spec, invalid = None, str(err)
         copied = parse_copied(None, None)  # what the replicas would be does not matter
+        lifecycle = Lifecycle(retain=False, once=False)
     payload = _payload(raw, kind)
     wanted_labels = {**_kept(labels, copied.labels, rules.drop_labels), REPLICA_LABEL: "true",
                      MANAGED_BY: "configmirror"}
     wanted_annotations = {**_kept(annotations, copied.annotations, rules.drop_annotations),
                           REPLICA_OF: key}
+    if lifecycle.retain:  # the replica remembers it, so a restart still releases it
+        wanted_annotations[ON_DELETE] = "retain"
     digest = content_hash(payload, wanted_labels, wanted_annotations)
-    return Source(kind.name, spec, invalid, wanted_labels,
+    return Source(kind.name, spec, invalid, lifecycle, wanted_labels,
                   {**wanted_annotations, CONTENT_HASH: digest}, payload, digest)
 
 
@@ -244,6 +257,7 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind) -> Ca
         compiled=compiled,
         type=str(raw.get("type") or "Opaque") if kind is SECRET else "",
         created=str(meta.get("creationTimestamp") or "") if compiled is not None else "",
+        retain=annotations.get(ON_DELETE, "").strip() == "retain",
     )
 
 

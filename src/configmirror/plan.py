@@ -1,8 +1,9 @@
 """Desired state and the actions that reach it: pure functions of the caches.
 
 One decision, `decide`, says what one target object (a namespace and a name) must be: which
-source owns it, the one write that gets it there (create, update, recreate, delete, or
-none), and which other sources cannot have it. The workers apply it, one target key at a
+source owns it, the one write that gets it there (create, update, recreate, delete, release,
+or none), when that write may happen (a removal waits out the grace), and which other
+sources cannot have it. The workers apply it, one target key at a
 time. `plan_source` gathers the decisions of every object one source touches; the `plan`
 command prints them and a source reconcile turns them into target keys. Both go through
 the same `decide`, so what `plan` says is what `run` does.
@@ -17,7 +18,8 @@ from typing import Any, Literal, Protocol
 from configmirror.model import CachedObject, Kind, Namespace
 from configmirror.spec import Scope
 
-ActionKind = Literal["create", "update", "recreate", "delete"]
+ActionKind = Literal["create", "update", "recreate", "delete", "release"]
+REMOVALS = ("delete", "release")  # the actions that take a replica away: they wait
 
 Admitted = Callable[[str], tuple[str, str] | None]
 """What the API server kept of our last write to an object key, when its admission (a
@@ -28,6 +30,30 @@ what the server stored). None when the server kept what we wrote, or we do not k
 def nothing_admitted(key: str) -> tuple[str, str] | None:
     """No memory of admission (the `plan` command's: it has written nothing)."""
     return None
+
+
+@dataclass(frozen=True)
+class Grace:
+    """When a removal may happen: `seconds` after this process first saw its cause.
+
+    `seen_at(ns/name)` is when that was, by the clock `now` is read from; None: only now (a
+    removal this process has not seen before, or the `plan` command, which remembers nothing,
+    so it says how long the grace is from now). No state is kept anywhere else: after a
+    restart the grace starts again.
+    """
+
+    seconds: float
+    now: float
+    seen_at: Callable[[str], float | None]
+
+    def due_in(self, key: str) -> float:
+        seen = self.seen_at(key)
+        return max((self.now if seen is None else seen) + self.seconds - self.now, 0.0)
+
+    @classmethod
+    def from_now(cls, seconds: float) -> Grace:
+        """The grace of a process that has seen no cause before (`plan`, `status`)."""
+        return cls(seconds, 0.0, lambda key: None)
 
 
 class World(Protocol):
@@ -50,6 +76,7 @@ class Action:
     resource_version: str  # of the replica now ("" for create): a precondition for the write
     why: str
     source: str            # the key ("ns/name") of the source it is done for
+    due_in: float = 0.0    # seconds until it may be done (a removal's grace); 0: now
 
 
 @dataclass(frozen=True)
@@ -103,7 +130,7 @@ class ReplicationPlan:
             "invalid": self.invalid,
             "not_allowed": self.not_allowed, "content": self.content,
             "actions": [{"action": a.kind, "namespace": a.namespace, "name": a.name,
-                         "why": a.why} for a in self.actions],
+                         "why": a.why, "due_in": round(a.due_in, 1)} for a in self.actions],
             "conflicts": [{"namespace": c.namespace, "name": c.name, "owner": c.owner,
                            "message": c.message} for c in self.conflicts],
         }
@@ -161,17 +188,20 @@ def desired_body(source: CachedObject, namespace: str) -> dict[str, Any]:
 
 
 def decide(namespace: str, name: str, current: CachedObject | None, world: World,
-           scope: Scope, admitted: Admitted) -> Decision:
+           scope: Scope, admitted: Admitted, grace: Grace) -> Decision:
     """Decide what object `namespace/name` must be, given every source called `name`.
 
     `current` is the object there now (None: nothing); `admitted` is what the server made of
-    our writes (`in_sync`). The replica already there keeps its source (its replica-of
-    wins); with none there, the oldest source that wants the place gets it (`seniority`);
-    every other source that wants it is in conflict. Nothing is ever written over a foreign
-    object, or into a namespace that is gone or going.
+    our writes (`in_sync`); `grace` says when a removal may happen. The replica already there
+    keeps its source (its replica-of wins); with none there, the oldest source that wants
+    the place gets it (`seniority`); every other source that wants it is in conflict.
+    Nothing is ever written over a foreign object, or into a namespace that is gone or going.
+    A replica whose source went away with `on-delete: retain` is released, not deleted; one
+    whose source says `sync: once` is never updated.
     """
     return _decide(namespace, name, current, world.namespace(namespace),
-                   _contenders(world.sources_named(name), world, scope), world, scope, admitted)
+                   _contenders(world.sources_named(name), world, scope), world, scope, admitted,
+                   grace)
 
 
 def _contenders(sources: Iterable[CachedObject], world: World, scope: Scope
@@ -183,7 +213,7 @@ def _contenders(sources: Iterable[CachedObject], world: World, scope: Scope
 
 def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespace | None,
             contenders: list[CachedObject], world: World, scope: Scope,
-            admitted: Admitted) -> Decision:
+            admitted: Admitted, grace: Grace) -> Decision:
     if ns is None or ns.terminating:
         return Decision(namespace, name)
     candidates = [s for s in contenders if wants(s, ns, scope)]
@@ -210,7 +240,8 @@ def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespa
     owner = next((c for c in candidates if c.key == owner_key), None)
     if owner is not None:
         assert owner.compiled is not None
-        if in_sync(current, owner.compiled.content_hash, admitted):
+        if owner.compiled.lifecycle.once or in_sync(current, owner.compiled.content_hash,
+                                                    admitted):
             return Decision(namespace, name, owner=owner, conflicts=conflicts)
         return Decision(namespace, name, Action(
             _change(current, owner), namespace, name, current.resource_version,
@@ -222,19 +253,38 @@ def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespa
             or (scope.honours(home) and source.compiled.invalid is not None)):  # a typo
         return Decision(namespace, name, conflicts=conflicts)  # never deletes data
     why = _orphaned_because(source, home, scope)
+    due_in = grace.due_in(current.key)
+    if _released(current, source, why):
+        # Released, it is its namespace's own object: every source that wants the place is
+        # in conflict with it, as with any other.
+        return Decision(namespace, name, Action(
+            "release", namespace, name, current.resource_version, why, owner_key, due_in),
+            source, tuple(Conflict(namespace, name, c.key, None,
+                                   f"{namespace}/{name} is released from {owner_key} "
+                                   f"(on-delete: retain) and is its namespace's own object "
+                                   f"then; it is left untouched") for c in candidates))
     then: Action | None = None
     after: tuple[Conflict, ...] = ()
     if candidates:
         heir, *others = candidates
         then = Action("create", namespace, name, "", f"replaces the replica of {owner_key} "
-                      f"({why}) once it is deleted", heir.key)
+                      f"({why}) once it is deleted", heir.key, due_in)
         after = tuple(Conflict(namespace, name, c.key, heir.key,
                                f"{namespace}/{name} goes to {heir.key}, the older source of "
                                f"that name, once the replica of {owner_key} is deleted; this "
                                f"one is left out") for c in others)
     return Decision(namespace, name, Action(
-        "delete", namespace, name, current.resource_version, why, owner_key), source,
+        "delete", namespace, name, current.resource_version, why, owner_key, due_in), source,
         after, then)
+
+
+def _released(current: CachedObject, source: CachedObject | None, why: str) -> bool:
+    """Whether a replica that must go is released instead: its source went away (deleted, or
+    no longer a source) and said `on-delete: retain` on the last version seen of it (the
+    source itself, or once it is deleted, the mark its replica carries)."""
+    if why == "source deleted":
+        return current.retain
+    return why == "source no longer replicates" and source is not None and source.retain
 
 
 def _change(current: CachedObject, owner: CachedObject) -> ActionKind:
@@ -262,7 +312,7 @@ def _orphaned_because(source: CachedObject | None, home: Namespace | None,
 
 
 def plan_source(key: str, world: World, current: Callable[[str], CachedObject | None],
-                scope: Scope, admitted: Admitted) -> ReplicationPlan:
+                scope: Scope, admitted: Admitted, grace: Grace) -> ReplicationPlan:
     """What source `key` ("ns/name") wants, compared with what is there: `decide` for every
     namespace it targets and every replica it has, keeping what concerns this source (its
     writes, its conflicts). `current(ns/name)` is the object there now."""
@@ -289,7 +339,7 @@ def plan_source(key: str, world: World, current: Callable[[str], CachedObject | 
     conflicts: list[Conflict] = []
     for namespace in sorted(touched):
         decision = _decide(namespace, name, current(f"{namespace}/{name}"),
-                           world.namespace(namespace), contenders, world, scope, admitted)
+                           world.namespace(namespace), contenders, world, scope, admitted, grace)
         actions.extend(a for a in (decision.action, decision.then)
                        if a is not None and a.source == key)
         conflicts.extend(c for c in decision.conflicts if c.source == key)

@@ -30,10 +30,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from configmirror.clock import Clock, RealClock
 from configmirror.events import EventRecorder, ObjectRef
 from configmirror.kube import ApiError, Failure, Kube
 from configmirror.metrics import Metrics
 from configmirror.model import (
+    CONTENT_HASH,
+    MANAGED_BY,
+    RELEASED_FROM,
+    REPLICA_LABEL,
+    REPLICA_OF,
     SOURCE,
     CachedObject,
     Caches,
@@ -43,7 +49,7 @@ from configmirror.model import (
     replica_hash,
     target_key,
 )
-from configmirror.plan import Action, Conflict, decide, desired_body, plan_source
+from configmirror.plan import REMOVALS, Action, Conflict, Grace, decide, desired_body, plan_source
 from configmirror.reconcile import (
     ReconcileError,
     Result,
@@ -51,18 +57,24 @@ from configmirror.reconcile import (
     ServerUnavailable,
     TerminalError,
 )
-from configmirror.spec import Scope
+from configmirror.spec import ON_DELETE, Scope
 
 log = logging.getLogger(__name__)
 
 REPLICATED = "Replicated"
 MUTATED = "ReplicaMutated"
 _ACTIONS = ("created", "updated", "deleted")
+_DONE = {"create": "created", "update": "updated", "recreate": "updated", "delete": "deleted",
+         "release": "released"}
 
 
 def replicated_message(counts: dict[str, int]) -> str:
-    """The one `Replicated` Event per source change: "created 3, updated 1, deleted 0 replicas"."""
-    return ", ".join(f"{action} {counts.get(action, 0)}" for action in _ACTIONS) + " replicas"
+    """The one `Replicated` Event per source change: "created 3, updated 1, deleted 0 replicas"
+    (and how many were released, when some were)."""
+    done = [f"{action} {counts.get(action, 0)}" for action in _ACTIONS]
+    if counts.get("released"):
+        done.append(f"released {counts['released']}")
+    return ", ".join(done) + " replicas"
 
 
 @dataclass(frozen=True)
@@ -150,7 +162,8 @@ class Replicator:
     def __init__(self, kube: Kube, caches: Caches, scope: Scope, recorder: EventRecorder,
                  expectations: Expectations, metrics: Metrics | None = None,
                  dry_run: bool = False,
-                 watching: Callable[[str], bool] = lambda key: True) -> None:
+                 watching: Callable[[str], bool] = lambda key: True, *,
+                 delete_grace: float, clock: Clock | None = None) -> None:
         self._kube = kube
         self._caches = caches
         self._kind = caches.kind
@@ -170,6 +183,18 @@ class Replicator:
         # writes admission changed (plan.Admitted); source key -> the digest reported for.
         self._admitted: dict[str, tuple[str, str]] = {}
         self._mutation_reported: dict[str, str] = {}
+        # Replica key -> when this process first saw the cause of its removal (plan.Grace):
+        # the removal waits `delete_grace` from then, and is forgotten once the cause goes.
+        self._delete_grace = delete_grace
+        self._clock: Clock = clock or RealClock()
+        self._removals: dict[str, float] = {}
+
+    def pending_removals(self) -> int:
+        """Replicas whose removal waits out the grace now."""
+        return len(self._removals)
+
+    def _grace(self) -> Grace:
+        return Grace(self._delete_grace, self._clock.now(), self._removals.get)
 
     def echo(self, obj: CachedObject) -> bool:
         """Whether a watch event's object is the echo of our own write (Expectations.echo)."""
@@ -186,7 +211,7 @@ class Replicator:
     def reconcile_source(self, key: Key) -> Result:
         """Plan one source and return the target keys whose object must change."""
         plan = plan_source(key.object_key, self._caches, self._current, self.scope,
-                           self._admitted.get)
+                           self._admitted.get, self._grace())
         source = self._caches.get(key.object_key)
         if (source is None or source.compiled is None) and key.object_key in \
                 self._mutation_reported:
@@ -201,6 +226,13 @@ class Replicator:
                 self._problem_reported.pop(key.object_key, None)
         if plan.invalid is not None:
             return Result()
+        if self._removals:  # rarely: only while some removal waits out its grace
+            # A removal whose cause is gone (the source is back) is called off now, not when
+            # its delayed key comes round.
+            removing = {f"{a.namespace}/{a.name}" for a in plan.actions if a.kind in REMOVALS}
+            for replica in self._caches.replicas_of(key.object_key):
+                if replica.key not in removing:
+                    self._forget_removal(replica.key)
         kind = self._kind
         follow_up = {target_key(kind, a.namespace, a.name) for a in plan.actions}
         follow_up |= {target_key(kind, c.namespace, c.name) for c in plan.conflicts}
@@ -228,9 +260,16 @@ class Replicator:
         current = self._current(key.object_key)
         if current is None:
             self._forget_admitted(key.object_key)  # gone (with its namespace, say)
+        grace = self._grace()
         plan = decide(key.namespace, key.name, current, self._caches, self.scope,
-                      self._admitted.get)
+                      self._admitted.get, grace)
         self._report_conflicts(key, plan.conflicts)
+        if plan.action is None or plan.action.kind not in REMOVALS:
+            self._forget_removal(key.object_key)  # its cause is gone, if it had one
+        elif plan.action.due_in > 0:
+            with self._lock:
+                self._removals.setdefault(key.object_key, grace.now)
+            return Result(requeue_after=plan.action.due_in)  # nothing written until then
         if plan.action is None:
             return Result()
         owner = self._ref(plan.owner) if plan.owner is not None else None
@@ -245,10 +284,16 @@ class Replicator:
             if failure is None:
                 return Result()
             raise failure from None
+        self._forget_removal(key.object_key)
         if owner is not None:
-            done = {"create": "created", "delete": "deleted"}.get(plan.action.kind, "updated")
-            self._recorder.tally(owner, REPLICATED, done, key.namespace, replicated_message)
+            self._recorder.tally(owner, REPLICATED, _DONE[plan.action.kind], key.namespace,
+                                 replicated_message)
         return Result(changed=True)
+
+    def _forget_removal(self, key: str) -> None:
+        if key in self._removals:  # rarely: only during a removal's grace (no lock)
+            with self._lock:
+                self._removals.pop(key, None)
 
     def _report_conflicts(self, key: Key, conflicts: tuple[Conflict, ...]) -> None:
         if not conflicts and key not in self._conflicts_reported:
@@ -281,6 +326,9 @@ class Replicator:
     def _apply(self, action: Action, owner: CachedObject | None) -> None:
         if action.kind == "delete":
             self._delete(action)
+            return
+        if action.kind == "release":
+            self._release(action)
             return
         assert owner is not None  # decide names the source of every create and update
         body = desired_body(owner, action.namespace)
@@ -338,6 +386,30 @@ class Replicator:
         if key in self._admitted:  # rarely: only where admission changed a write (no lock)
             with self._lock:
                 self._admitted.pop(key, None)
+
+    def _release(self, action: Action) -> None:
+        """Take our marks off a replica (on-delete: retain): from then on it is its
+        namespace's own object. A merge patch of the marks only, on the version planned from
+        (a replica edited meanwhile gets a 409 and is planned again); we never hold its data."""
+        patch = {"metadata": {
+            "resourceVersion": action.resource_version,
+            "labels": {REPLICA_LABEL: None, MANAGED_BY: None},
+            "annotations": {REPLICA_OF: None, CONTENT_HASH: None, ON_DELETE: None,
+                            RELEASED_FROM: action.source}}}
+        written = self._kube.request(
+            "patch", self._kind.resource.item(action.namespace, action.name), body=patch,
+            content_type="application/merge-patch+json")
+        if self._metrics is not None:
+            self._metrics.child(self._metrics.replica_writes, "release", self._kind.plural).inc()
+        self._forget_admitted(f"{action.namespace}/{action.name}")
+        # Until the watch brings it, the cache still holds our replica: what we made of it
+        # is no replica any more.
+        meta = written.get("metadata") or {}
+        self._expectations.wrote(CachedObject(
+            namespace=action.namespace, name=action.name, uid=str(meta.get("uid", "")),
+            resource_version=str(meta.get("resourceVersion", "")), replica_of=None,
+            immutable=bool(written.get("immutable")), content_hash="", compiled=None,
+            type=str(written.get("type") or "")))
 
     def _delete(self, action: Action) -> None:
         # Precondition on the version we planned from: a replica edited meanwhile gets a 409

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 DEFAULT_EXCLUDED = "kube-system,kube-public,kube-node-lease"
@@ -34,6 +35,9 @@ class Settings:
     log_level: str = "info"
     dry_run: bool = False
     drain_timeout: float = 25.0  # SIGTERM: how long in-flight reconciles may take to finish
+    # Seconds every removal waits after its cause is first seen (a source deleted, a namespace
+    # that stops matching): a source recreated, or a label put back, within it costs nothing.
+    delete_grace: float = 60.0
     # The client-side limit on requests per second, shared by every request (0: none), and
     # the burst above it (kube-controller-manager's --kube-api-qps/--kube-api-burst).
     kube_api_qps: float = 50.0
@@ -47,3 +51,28 @@ class Settings:
     def secrets(self) -> list[str]:
         """The Secret names replicated (empty: Secrets are never read)."""
         return [n.strip() for n in self.secret_names.split(",") if n.strip()]
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(h|ms|m|s))")
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration as Kubernetes tools write them: `60s`, `1m30s`, `1h`, `500ms`,
+    `0` (or a plain number of seconds). Raises ValueError naming the text."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _DURATION.findall(text)
+        if not text or "".join(n + u for n, u in parts) != text:
+            raise ValueError(f"{text!r} is not a duration (use e.g. 60s, 1m30s, 0s)") from None
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not 0 <= seconds < float("inf"):  # negative, NaN or infinite
+        raise ValueError(f"{text!r} is not a duration (use e.g. 60s, 1m30s, 0s)")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """`60s`, `0.5s`: how --help and plan say a duration."""
+    return f"{seconds:g}s"

@@ -26,6 +26,8 @@ REPLICATE_TO = PREFIX + "replicate-to"
 REPLICATE_TO_MATCHING = PREFIX + "replicate-to-matching"
 COPY_LABELS = PREFIX + "copy-labels"
 COPY_ANNOTATIONS = PREFIX + "copy-annotations"
+ON_DELETE = PREFIX + "on-delete"
+SYNC = PREFIX + "sync"
 IGNORE_LABEL = PREFIX + "ignore"
 
 
@@ -224,6 +226,24 @@ class ReplicaRules:
         """From the two flags (an empty one drops nothing); raises InvalidSpec naming it."""
         return cls(parse_key_patterns(drop_labels, "--drop-labels", empty_ok=True),
                    parse_key_patterns(drop_annotations, "--drop-annotations", empty_ok=True))
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """What a source asks of its replicas over time (`on-delete`, `sync`)."""
+
+    retain: bool  # on-delete: retain: released, not deleted, when the source goes away
+    once: bool    # sync: once: created once, then never updated or repaired
+
+
+def parse_lifecycle(on_delete: str | None, sync: str | None) -> Lifecycle:
+    """From the two annotations (absent: delete, always); raises InvalidSpec naming one."""
+    values = {ON_DELETE: (on_delete, ("delete", "retain")), SYNC: (sync, ("always", "once"))}
+    for annotation, (value, allowed) in values.items():
+        if value is not None and value.strip() not in allowed:
+            raise InvalidSpec(f"{annotation}: {value!r} is not {' or '.join(allowed)}")
+    return Lifecycle(retain=(on_delete or "").strip() == "retain",
+                     once=(sync or "").strip() == "once")
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,15 @@ from configmirror_testing.pod import build_image, remove_image
 from configmirror_testing.wait import wait_for
 from tests.conftest import REPO, Cluster, require_docker, require_node, unique_name
 
-__all__ = ["IN_CLUSTER", "Operator", "Operators", "configmap", "events", "read", "requests_into",
-           "restart_writes_nothing", "restricted_operator_identity", "run_test_module",
-           "wait_replica"]
+__all__ = ["IN_CLUSTER", "REMOVAL_TIMEOUT", "Operator", "Operators", "configmap", "events",
+           "read", "requests_into", "restart_writes_nothing", "restricted_operator_identity",
+           "run_test_module", "wait_replica"]
 
 Operator = OperatorProcess
 IN_CLUSTER = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
+# How long a removal may take: the suite's own operators remove at once (--delete-grace=0s,
+# below); a deployed one waits out deploy/'s grace (60 s) first.
+REMOVAL_TIMEOUT = 100.0 if IN_CLUSTER else 10.0
 
 
 class InClusterOperator:
@@ -83,6 +86,10 @@ class Operators:
         # CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG runs the operator as another identity (the
         # RBAC proof runs these tests with only deploy/'s ServiceAccount token).
         default = os.environ.get("CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG") or self.cluster.kubeconfig
+        if not any(f.startswith("--delete-grace") for f in flags):
+            # The suite's operators remove at once, so a test of a removal waits for nothing;
+            # the lifecycle tests give a grace of their own.
+            flags = (*flags, "--delete-grace=0s")
         op = OperatorProcess(kubeconfig or Path(default),
                              self.folder / f"operator-{len(self.started)}.log", *flags, env=env)
         self.started.append(op)

@@ -39,6 +39,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "workers": 8,
         "sourceNamespaces": ["team-*", "!team-legacy"],
         "sourceNamespaceSelector": "configmirror.io/sources=true,env in (prod,staging)",
+        "deleteGrace": "5m",
         "excludeNamespaces": ["kube-system", "sandbox-*"],
         "dropLabels": ["argocd.argoproj.io/*"],
         "dropAnnotations": ["kubectl.kubernetes.io/*", "example.com/secret-ish"],
@@ -151,6 +152,8 @@ def test_lint_strict_passes(helm: Helm, tmp_path: Path, variant: str) -> None:
     ({"secrets": {"names": ["Not_A_Name"]}}, ["/secrets/names/0", "pattern"]),
     ({"sourceNamespaces": "team-*"}, ["/sourceNamespaces", "array"]),
     ({"podAntiAffinity": "sometimes"}, ["/podAntiAffinity", "soft"]),
+    ({"deleteGrace": "a minute"}, ["/deleteGrace", "pattern"]),
+    ({"deleteGrace": 60}, ["/deleteGrace", "string"]),
     ({"replica": 3}, ["replica", "additional properties"]),
 ])
 def test_schema_rejects_a_bad_value_naming_it(helm: Helm, tmp_path: Path,
@@ -215,12 +218,13 @@ def test_helm_labels_are_on_every_object(helm: Helm, tmp_path: Path) -> None:
         assert labels["app.kubernetes.io/managed-by"] == "Helm", obj["metadata"]["name"]
 
 
-def test_defaults_pass_no_optional_flag_but_the_source_namespace_selector(
+def test_defaults_pass_no_optional_flag_but_the_source_namespace_selector_and_the_grace(
         helm: Helm, tmp_path: Path) -> None:
     args = container(documents(template(helm, tmp_path)))["args"]
     assert args == ["run", "--leader-elect", "--log-format=json", "--metrics-bind-address=:8080",
                     "--health-probe-bind-address=:8081",
-                    "--source-namespace-selector=configmirror.io/source=true"]
+                    "--source-namespace-selector=configmirror.io/source=true",
+                    "--delete-grace=60s"]
 
 
 def test_an_empty_source_namespace_selector_lets_every_namespace_push(
@@ -239,6 +243,7 @@ def test_values_become_flags_and_extra_args_come_last(helm: Helm, tmp_path: Path
         "--workers=8",
         "--source-namespaces=team-*,!team-legacy",
         "--source-namespace-selector=configmirror.io/sources=true,env in (prod,staging)",
+        "--delete-grace=5m",
         "--exclude-namespaces=kube-system,sandbox-*",
         "--drop-labels=argocd.argoproj.io/*",
         "--drop-annotations=kubectl.kubernetes.io/*,example.com/secret-ish",
@@ -395,7 +400,8 @@ def secrets_rbac(cluster: Cluster, helm: Helm,
     ("list", "secrets", "default", False),
     ("list", "secrets", None, False),
     ("watch", "secrets", None, False),
-    ("patch", "secrets/wildcard-tls", "default", False),
+    ("patch", "secrets/wildcard-tls", "default", True),  # releasing a replica
+    ("patch", "secrets/db-password", "default", False),
     ("deletecollection", "secrets", "default", False),
 ])
 def test_secrets_rbac_grants_exactly_the_listed_names(

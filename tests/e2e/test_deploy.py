@@ -49,6 +49,7 @@ def test_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
     ("create", "configmaps", "default", True),
     ("update", "configmaps", "default", True),
     ("delete", "configmaps", "default", True),
+    ("patch", "configmaps", "default", True),  # releasing a replica (on-delete: retain)
     ("list", "namespaces", None, True),
     ("create", "events", "default", True),
     ("patch", "events", "default", True),
@@ -59,7 +60,6 @@ def test_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
     ("list", "secrets", None, False),
     ("delete", "namespaces", None, False),
     ("create", "namespaces", None, False),
-    ("patch", "configmaps", "default", False),
     ("deletecollection", "configmaps", "default", False),
     ("get", "configmaps", "default", False),
     ("create", "leases.coordination.k8s.io", "default", False),

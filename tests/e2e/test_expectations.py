@@ -61,7 +61,7 @@ def gap(cluster: Cluster) -> Iterator[Gap]:
         replicator = Replicator(
             kube, configmaps.caches, configmaps.scope,
             EventRecorder(kube),  # never started: its Events are not what this is about
-            Expectations(configmaps.watermark), metrics)
+            Expectations(configmaps.watermark), metrics, delete_grace=0.0)
         yield Gap(replicator, cache, metrics)
     finally:
         kube.close()

@@ -16,12 +16,21 @@ from configmirror.model import CONTENT_HASH, REPLICA_LABEL, REPLICA_OF
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster, Namespaces
-from tests.e2e.conftest import Operator, Operators, configmap, events, read, wait_replica
+from tests.e2e.conftest import (
+    REMOVAL_TIMEOUT,
+    Operator,
+    Operators,
+    configmap,
+    events,
+    read,
+    wait_replica,
+)
 
 pytestmark = pytest.mark.controlplane
 
 
-def wait_gone(cluster: Cluster, namespace: str, name: str = "cfg", timeout: float = 10) -> None:
+def wait_gone(cluster: Cluster, namespace: str, name: str = "cfg",
+              timeout: float = REMOVAL_TIMEOUT) -> None:
     wait_for(lambda: read(cluster, namespace, name) is None, timeout=timeout,
              what=f"{namespace}/{name} to be deleted")
 
@@ -288,7 +297,7 @@ def test_two_sources_with_one_name_first_replica_wins(
     assert replica.metadata.annotations[REPLICA_OF] == f"{one}/cfg"
     # When the winner goes, its replica goes, and the other source takes the namespace.
     cluster.core.delete_namespaced_config_map("cfg", one)
-    wait_replica(cluster, target, {"from": "two"})
+    wait_replica(cluster, target, {"from": "two"}, timeout=REMOVAL_TIMEOUT)
 
 
 # -- rule 9: orphans, also at start-up -------------------------------------------------------

@@ -102,6 +102,8 @@ def test_the_component_grants_exactly_the_names_it_turns_on() -> None:
     ("watch", f"secrets/{REGISTRY}", [], True),
     ("update", f"secrets/{TLS}", ["-n", "default"], True),
     ("delete", f"secrets/{TLS}", ["-n", "default"], True),
+    ("patch", f"secrets/{TLS}", ["-n", "default"], True),  # releasing a replica
+    ("patch", "secrets/db-password", ["-n", "default"], False),
     ("create", "secrets", ["-n", "default"], True),
     ("get", "secrets/db-password", ["-n", "default"], False),
     ("update", "secrets/db-password", ["-n", "default"], False),

@@ -339,11 +339,36 @@ def test_stop_gives_up_on_a_server_too_slow_to_take_the_rest(
         events.warning(A, reason, "1")
     events.start()
     assert entered.wait(10)
-    done = threading.Thread(target=events.stop, kwargs={"timeout": 0.5})
+    writer_alive_after_stop: list[bool] = []
+
+    def stop() -> None:
+        events.stop(timeout=2)
+        writer_alive_after_stop.append(bool(events._thread and events._thread.is_alive()))
+
+    done = threading.Thread(target=stop)
     done.start()
     wait_for(lambda: "stopped with 2 Events unwritten" in caplog.text,
              what="stop to give up on the rest")
-    release.set()
+    release.set()  # the write in flight ends; stop joins the writer after it
     done.join(10)
-    assert not done.is_alive()
+    assert writer_alive_after_stop == [False], "stop returns once its writer has ended"
     assert requests == ["First"], "the Events given up on are never sent"
+
+
+def test_stop_with_the_server_down_ends_the_writer_after_one_more_try() -> None:
+    server, clock = EventServer(), FakeClock()
+    server.failures += [unavailable() for _ in range(100)]
+    events = EventRecorder(server, clock=clock)  # type: ignore[arg-type]
+    events.warning(A, "Lost", "1")
+    events.start()
+    wait_for(lambda: clock.waiters() == 1, what="the writer to wait for the server")
+    events.stop(timeout=5)
+    assert events._thread is not None and not events._thread.is_alive()
+    assert len(server.written()) == 2, "the first try, and one more at stop: no loop"
+
+
+def test_stop_before_start_does_nothing() -> None:
+    events = EventRecorder(EventServer(), clock=FakeClock())  # type: ignore[arg-type]
+    events.warning(A, "Never", "1")  # a standby that never led: its recorder never started
+    events.stop(timeout=5)
+    assert events.pending() == 1

@@ -13,6 +13,8 @@ from configmirror.model import (
     CONFIGMAP,
     CONTENT_HASH,
     LAST_APPLIED,
+    MANAGED_BY,
+    RELEASED_FROM,
     REPLICA_LABEL,
     REPLICA_OF,
     CachedObject,
@@ -28,6 +30,7 @@ from configmirror.model import (
 from configmirror.plan import (
     Admitted,
     Decision,
+    Grace,
     ReplicationPlan,
     decide,
     desired_body,
@@ -37,8 +40,10 @@ from configmirror.plan import (
 )
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import (
+    ON_DELETE,
     REPLICATE_TO,
     REPLICATE_TO_MATCHING,
+    SYNC,
     InvalidSpec,
     Scope,
     parse_patterns,
@@ -47,6 +52,7 @@ from configmirror.store import Store
 from configmirror_testing import objects
 
 KEY = "src/cfg"
+AT_ONCE = Grace.from_now(0.0)  # --delete-grace 0s: removals are due at once
 SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
 ConfigMap = CachedObject
 
@@ -109,14 +115,14 @@ def world(objects: list[CachedObject], namespaces: list[Namespace],
 
 def plan(src: ConfigMap | None, namespaces: list[Namespace],
          others: list[ConfigMap] = (), scope: Scope | None = None,  # type: ignore[assignment]
-         key: str = KEY, home: bool = True, admitted: Admitted = nothing_admitted
-         ) -> ReplicationPlan:
+         key: str = KEY, home: bool = True, admitted: Admitted = nothing_admitted,
+         grace: Grace | None = None) -> ReplicationPlan:
     """plan_source over these caches; the source's own namespace is cached unless `home`
     is False (unlabelled: add it to `namespaces` to give it labels)."""
     if src is not None and home and all(n.name != src.namespace for n in namespaces):
         namespaces = [*namespaces, ns(src.namespace)]
     w = world([*([src] if src else []), *others], namespaces)
-    return plan_source(key, w, w.get, scope or SCOPE, admitted)
+    return plan_source(key, w, w.get, scope or SCOPE, admitted, grace or AT_ONCE)
 
 
 def kinds(p: ReplicationPlan) -> list[tuple[str, str]]:
@@ -436,11 +442,11 @@ def test_a_source_is_compiled_once_per_version_into_an_immutable_value() -> None
 
 
 def target(name: str, namespace: str, current: ConfigMap | None, sources: list[ConfigMap],
-           namespaces: list[Namespace] = ALL, admitted: Admitted = nothing_admitted
-           ) -> Decision:
+           namespaces: list[Namespace] = ALL, admitted: Admitted = nothing_admitted,
+           grace: Grace | None = None) -> Decision:
     by_name = {n.name: n for n in [ns("src"), ns("one"), ns("two"), *namespaces]}
     w = world([*sources, *([current] if current else [])], list(by_name.values()))
-    return decide(namespace, name, current, w, SCOPE, admitted)
+    return decide(namespace, name, current, w, SCOPE, admitted, grace or AT_ONCE)
 
 
 def test_target_missing_is_created_for_the_source_that_wants_it() -> None:
@@ -608,3 +614,106 @@ def test_a_replica_kept_as_written_is_told_apart_without_hashing() -> None:
     assert kept_as_written(src.compiled, body, CONFIGMAP)
     body["metadata"]["labels"]["policy.example/owner"] = "team"
     assert not kept_as_written(src.compiled, body, CONFIGMAP)
+
+
+# -- lifecycle: the grace, retain, once ----------------------------------------------------------
+
+
+def grace_seen(seconds: float, now: float, seen: dict[str, float]) -> Grace:
+    return Grace(seconds, now, seen.get)
+
+
+def test_a_removal_waits_the_grace_from_when_its_cause_was_first_seen() -> None:
+    src = source({REPLICATE_TO: "a"})
+    orphan = replica_of(src, "b")
+    fresh = target("cfg", "b", orphan, [src], grace=grace_seen(60, 1000, {}))
+    assert fresh.action is not None and (fresh.action.kind, fresh.action.due_in) == ("delete", 60)
+    later = target("cfg", "b", orphan, [src], grace=grace_seen(60, 1042, {"b/cfg": 1000}))
+    assert later.action is not None and later.action.due_in == 18
+    due = target("cfg", "b", orphan, [src], grace=grace_seen(60, 1060, {"b/cfg": 1000}))
+    assert due.action is not None and due.action.due_in == 0
+    assert plan(None, ALL, [orphan], grace=grace_seen(60, 1000, {})).actions[0].due_in == 60
+
+
+def test_an_update_a_create_and_a_recreate_never_wait() -> None:
+    old = source({REPLICATE_TO: "a,b,c"}, immutable=True)
+    new = source({REPLICATE_TO: "a,b,c"}, data={"k": "v2"}, immutable=True)
+    p = plan(new, [*ALL, ns("c")], [replica_of(old, "a")], grace=grace_seen(60, 1000, {}))
+    assert [(a.kind, a.namespace, a.due_in) for a in p.actions] == [
+        ("recreate", "a", 0), ("create", "b", 0), ("create", "c", 0)]
+
+
+def test_the_heir_of_a_removed_replica_waits_with_it() -> None:
+    gone = source({REPLICATE_TO: "a"}, namespace="one")
+    heir = source({REPLICATE_TO: "a"}, namespace="two")
+    d = target("cfg", "a", replica_of(gone, "a"), [heir], [ns("a"), ns("two")],
+               grace=grace_seen(60, 1000, {}))
+    assert d.action is not None and d.then is not None
+    assert (d.then.kind, d.then.source, d.then.due_in) == ("create", "two/cfg", 60)
+
+
+def test_a_replica_of_a_retain_source_carries_the_mark_and_is_released_when_it_is_deleted(
+        ) -> None:
+    src = source({REPLICATE_TO: "a", ON_DELETE: "retain"})
+    replica = replica_of(src, "a")
+    assert desired_body(src, "a")["metadata"]["annotations"][ON_DELETE] == "retain"
+    assert replica.retain
+    d = target("cfg", "a", replica, [])
+    assert d.action is not None and (d.action.kind, d.action.why) == ("release", "source deleted")
+    assert kinds(plan(None, ALL, [replica])) == [("release", "a")]
+
+
+def test_a_source_that_loses_its_targets_but_keeps_retain_releases_its_replicas() -> None:
+    src = source({REPLICATE_TO: "a", ON_DELETE: "retain"})
+    unannotated = source({ON_DELETE: "retain"})
+    assert unannotated.compiled is None and unannotated.retain
+    p = plan(unannotated, ALL, [replica_of(src, "a")])
+    assert [(a.kind, a.why) for a in p.actions] == [("release", "source no longer replicates")]
+    # The last version seen decides: it said nothing of retain, so the replicas go.
+    bare = source({})
+    assert kinds(plan(bare, ALL, [replica_of(src, "a")])) == [("delete", "a")]
+
+
+def test_retain_is_about_the_source_going_away_not_a_namespace_leaving() -> None:
+    src = source({REPLICATE_TO: "a", ON_DELETE: "retain"})
+    p = plan(src, ALL, [replica_of(src, "b")])
+    assert [(a.kind, a.why) for a in p.actions] == [
+        ("create", "missing"), ("delete", "namespace no longer targeted")]
+    scope = Scope.from_flags("*", DEFAULT_EXCLUDED, "configmirror.io/source=true")
+    refused = plan(src, ALL, [replica_of(src, "a")], scope=scope)
+    assert [(a.kind, a.why) for a in refused.actions] == [
+        ("delete", "source namespace may not hold sources")]
+
+
+def test_a_released_replica_is_its_namespace_own_object() -> None:
+    src = source({REPLICATE_TO: "a"})
+    body = copy.deepcopy(desired_body(src, "a"))
+    body["metadata"].update(uid="r", resourceVersion="3")
+    for label in (REPLICA_LABEL, MANAGED_BY):
+        del body["metadata"]["labels"][label]
+    body["metadata"]["annotations"] = {RELEASED_FROM: KEY}
+    released = cached(body)
+    assert released.replica_of is None
+    d = target("cfg", "a", released, [src])
+    assert d.action is None and [c.owner for c in d.conflicts] == [None]
+
+
+def test_sync_once_creates_a_missing_replica_and_never_updates_one() -> None:
+    old = source({REPLICATE_TO: "a,b", SYNC: "once"})
+    new = source({REPLICATE_TO: "a,b", SYNC: "once"}, data={"k": "v2"})
+    edited = replica_of(old, "a", data={"k": "by hand"})
+    p = plan(new, ALL, [edited])
+    assert kinds(p) == [("create", "b")], "a stays as it is, edits and all"
+    assert target("cfg", "a", edited, [new]).action is None
+    assert kinds(plan(None, ALL, [edited])) == [("delete", "a")], "the source going removes it"
+
+
+@pytest.mark.parametrize(("annotation", "value"), [(ON_DELETE, "keep"), (SYNC, "sometimes"),
+                                                   (ON_DELETE, "")])
+def test_a_lifecycle_value_that_does_not_parse_is_an_invalid_spec_that_changes_nothing(
+        annotation: str, value: str) -> None:
+    good = source({REPLICATE_TO: "a"})
+    bad = source({REPLICATE_TO: "a", annotation: value}, data={"k": "v2"})
+    p = plan(bad, ALL, [replica_of(good, "a")])
+    assert p.actions == () and p.invalid is not None
+    assert annotation in p.invalid and repr(value) in p.invalid

@@ -1,13 +1,15 @@
 """`plan` says what `run` does: random worlds, planned once, then run to the end.
 
 Each world has several sources per name (with creation times that tie and that do not),
-invalid ones, sources in namespaces that may not push, leftovers of deleted sources, foreign
-objects, replicas in every state (in sync, stale, edited by hand, without their hash mark),
-and namespaces in every state (labelled, ignored, terminating, absent). `plan` lists its
-actions and problems from one look at the caches. Then the workers run: the real work queue,
-the real routing of watch events and the real replicator, writing to a recording server
-that stores what it is sent; its stored objects go back into the caches as a relist does,
-round after round, until nothing more is written. Every write, conflict and problem the run
+invalid ones, sources in namespaces that may not push, sources that retain their replicas or
+sync them once, leftovers of deleted sources, foreign objects, replicas in every state (in
+sync, stale, edited by hand, without their hash mark), and namespaces in every state
+(labelled, ignored, terminating, absent), and a delete grace of 0 or 30 s. `plan` lists its
+actions and problems from one look at the caches. Then the workers run: the real work queue
+on a fake clock (stepped to the next due key whenever only delayed keys are left), the real
+routing of watch events and the real replicator, writing to a recording server that stores
+what it is sent; its stored objects go back into the caches as a relist does, round after
+round, until nothing more is written. Every write, conflict and problem the run
 made is then compared with what `plan` listed, object by object, and a second `plan` lists
 nothing left to do.
 """
@@ -22,6 +24,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from configmirror.clock import FakeClock
 from configmirror.kube import ApiError
 from configmirror.model import (
     CONFIGMAP,
@@ -34,11 +37,11 @@ from configmirror.model import (
     namespace_from_json,
     object_indexers,
 )
-from configmirror.plan import desired_body, nothing_admitted, plan_source
+from configmirror.plan import REMOVALS, Grace, desired_body, nothing_admitted, plan_source
 from configmirror.reconcile import ReconcileError
 from configmirror.replicator import Expectations, Replicator
 from configmirror.routing import namespace_keys, object_keys
-from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING, Scope
+from configmirror.spec import ON_DELETE, REPLICATE_TO, REPLICATE_TO_MATCHING, SYNC, Scope
 from configmirror.store import Store
 from configmirror.workqueue import WorkQueue
 from tests.unit.test_plan import cached
@@ -46,18 +49,22 @@ from tests.unit.test_plan import cached
 NAMESPACES = ("a", "b", "c", "d", "home1", "home2")
 NAMES = ("cfg", "app")
 TIMES = ("2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z", "2026-02-01T00:00:00Z")
-TARGETING = ({REPLICATE_TO: "*"}, {REPLICATE_TO: "a,b"}, {REPLICATE_TO: "*,!c"},
+TARGETING = ({}, {REPLICATE_TO: "*"}, {REPLICATE_TO: "a,b"}, {REPLICATE_TO: "*,!c"},
              {REPLICATE_TO_MATCHING: "env=prod"},
              {REPLICATE_TO: "d", REPLICATE_TO_MATCHING: "env in (prod,dev)"},
              {REPLICATE_TO: "a,team-["},  # invalid: changes nothing
              {REPLICATE_TO_MATCHING: "env in (prod"})  # invalid
+LIFECYCLES = ({}, {}, {ON_DELETE: "retain"}, {SYNC: "once"}, {ON_DELETE: "retain", SYNC: "once"},
+              {ON_DELETE: "keep"})  # the last is invalid
 SCOPE = Scope.from_flags("*", "kube-*", "push!=no")
+START = 1000.0  # the fake clock's time when the run starts
 
 
 @dataclass
 class World:
     namespaces: dict[str, dict[str, Any]]
     objects: dict[str, dict[str, Any]]  # "ns/name" -> the stored object
+    grace: float = 0.0                  # --delete-grace
 
 
 def source_body(namespace: str, name: str, targeting: dict[str, str], data: str,
@@ -98,7 +105,8 @@ def worlds(draw: st.DrawFn) -> World:
         for home in ("home1", "home2", "a"):
             if home not in namespaces or not draw(st.booleans()):
                 continue
-            body = source_body(home, name, draw(st.sampled_from(TARGETING)),
+            targeting = {**draw(st.sampled_from(TARGETING)), **draw(st.sampled_from(LIFECYCLES))}
+            body = source_body(home, name, targeting,
                                draw(st.sampled_from(["x", "y"])), draw(st.sampled_from(TIMES)),
                                draw(st.integers(0, 5)) == 0)
             everything.append(body)
@@ -121,6 +129,9 @@ def worlds(draw: st.DrawFn) -> World:
             if occupant == "none" or not owners:
                 continue
             owner = draw(st.sampled_from(owners))
+            if REPLICATE_TO not in owner["metadata"]["annotations"] and \
+                    REPLICATE_TO_MATCHING not in owner["metadata"]["annotations"]:
+                continue  # never a source: it has no replicas
             state = draw(st.sampled_from(["in sync", "stale", "edited", "no hash"]))
             origin = copy.deepcopy(owner)
             if state == "stale":
@@ -132,7 +143,7 @@ def worlds(draw: st.DrawFn) -> World:
             elif state == "no hash":
                 del replica["metadata"]["annotations"][CONTENT_HASH]
             objects[key] = replica
-    return World(namespaces, objects)
+    return World(namespaces, objects, draw(st.sampled_from([0.0, 30.0])))
 
 
 # -- the run's side: a recording server and the workers -------------------------------------
@@ -144,8 +155,10 @@ class RecordingServer:
     records every write with the source it is for. Only the replicator talks to it."""
 
     objects: dict[str, dict[str, Any]]
+    clock: FakeClock
     revision: int = 1
     writes: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, object, source)
+    times: list[float] = field(default_factory=list)  # seconds into the run of each write
 
     def request(self, verb: str, path: str, query: Any = None, body: Any = None,
                 **_options: Any) -> dict[str, Any]:
@@ -166,12 +179,28 @@ class RecordingServer:
             if stored.get("immutable"):
                 raise ApiError(422, "Invalid", "field is immutable", verb, path)
             return self._store(verb, key, body)
+        if verb == "patch":  # a JSON merge patch of metadata (releasing a replica)
+            if body["metadata"].pop("resourceVersion") != stored["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", "the object has been modified", verb, path)
+            owner = stored["metadata"]["annotations"][REPLICA_OF]
+            patched = copy.deepcopy(stored)
+            for field_name, changes in body["metadata"].items():
+                values = patched["metadata"].setdefault(field_name, {})
+                for k, v in changes.items():
+                    if v is None:
+                        values.pop(k, None)
+                    else:
+                        values[k] = v
+            self._store("patch", key, patched)
+            self.writes[-1] = ("release", key, owner)
+            return copy.deepcopy(self.objects[key])
         assert verb == "delete", verb
         if body["preconditions"]["resourceVersion"] != stored["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", "precondition failed", verb, path)
         del self.objects[key]
         self.revision += 1
         self.writes.append(("delete", key, stored["metadata"]["annotations"][REPLICA_OF]))
+        self.times.append(self.clock.now() - START)
         return {}
 
     def _store(self, verb: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -179,7 +208,8 @@ class RecordingServer:
         stored = copy.deepcopy(body)
         stored["metadata"].update(uid=f"w-{self.revision}", resourceVersion=str(self.revision))
         self.objects[key] = stored
-        self.writes.append((verb, key, body["metadata"]["annotations"][REPLICA_OF]))
+        self.writes.append((verb, key, body["metadata"]["annotations"].get(REPLICA_OF, "")))
+        self.times.append(self.clock.now() - START)
         return copy.deepcopy(stored)
 
 
@@ -207,18 +237,22 @@ def caches_of(world: World) -> tuple[Caches, Store[CachedObject], Store[Namespac
 def plan_all(world: World) -> list[Any]:
     caches, _, _ = caches_of(world)
     keys = {s.key for s in caches.sources()} | set(caches.replicated_sources())
-    return [plan_source(k, caches, caches.get, SCOPE, nothing_admitted) for k in sorted(keys)]
+    grace = Grace.from_now(world.grace)
+    return [plan_source(k, caches, caches.get, SCOPE, nothing_admitted, grace)
+            for k in sorted(keys)]
 
 
 def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
     """The workers, round after round (each round ends with a relist), until quiet."""
-    server = RecordingServer(copy.deepcopy(world.objects))
+    clock = FakeClock(START)
+    server = RecordingServer(copy.deepcopy(world.objects), clock)
     recorder = RecordingRecorder()
     caches, objects, spaces = caches_of(world)
     listed = [server.revision]  # the revision the caches were last listed at (the watermark)
     replicator = Replicator(server, caches, SCOPE, recorder,  # type: ignore[arg-type]
-                            Expectations(lambda key: listed[0]))
-    queue: WorkQueue[Key] = WorkQueue()
+                            Expectations(lambda key: listed[0]), delete_grace=world.grace,
+                            clock=clock)
+    queue: WorkQueue[Key] = WorkQueue(clock=clock)
     # Start-up: the informers' first lists arrive as "added" events.
     for namespace in spaces.values():
         for key in namespace_keys(CONFIGMAP, None, namespace, caches.sources(),
@@ -229,14 +263,22 @@ def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
             queue.add(key)
     for _ in range(10):
         written = len(server.writes)
-        while (key := queue.get()) is not None:
+        while True:
+            if (key := queue.get()) is None:
+                if not queue.counts()[2]:
+                    break
+                clock.step(world.grace)  # only delayed keys left: on to when they are due
+                continue
             try:
                 result = replicator.reconcile(key)
             except ReconcileError as err:
                 raise AssertionError(f"{key}: {err}") from None
             for follow_up in result.follow_up:
                 queue.add(follow_up)  # type: ignore[arg-type]
+            if result.requeue_after:
+                queue.add_after(key, result.requeue_after)
             queue.done(key)
+        assert replicator.pending_removals() == 0, "every removal waited out is done"
         if len(server.writes) == written:
             return server, recorder
         # The watch brings the writes back: a relist, and an event for each change.
@@ -249,14 +291,15 @@ def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
     raise AssertionError(f"still writing after 10 rounds: {server.writes}")
 
 
-def expected_writes(plans: list[Any]) -> Counter[tuple[str, str, str]]:
-    """The writes a plan's actions mean: a recreate is a delete and a create."""
-    writes: Counter[tuple[str, str, str]] = Counter()
+def expected_writes(plans: list[Any]) -> Counter[tuple[str, str, str, float]]:
+    """The writes a plan's actions mean, and when (seconds into the run): a recreate is a
+    delete and a create."""
+    writes: Counter[tuple[str, str, str, float]] = Counter()
     for p in plans:
         for a in p.actions:
             where = f"{a.namespace}/{a.name}"
             for verb in (("delete", "create") if a.kind == "recreate" else (a.kind,)):
-                writes[(verb, where, a.source)] += 1
+                writes[(verb, where, a.source, a.due_in)] += 1
     return writes
 
 
@@ -266,7 +309,12 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
     plans = plan_all(world)
     server, recorder = run(world)
 
-    assert Counter(server.writes) == expected_writes(plans)
+    # Every write plan listed, and when: a removal (and the create that follows one) after
+    # the grace, anything else at once.
+    done = Counter((*w, t) for w, t in zip(server.writes, server.times, strict=True))
+    assert done == expected_writes(plans)
+    waited = [a for p in plans for a in p.actions if a.kind in REMOVALS]
+    assert all(a.due_in == world.grace for a in waited), "plan says how long each waits"
     conflicts = {(r, obj, m.split(" ", 1)[0]) for r, obj, m in recorder.warnings
                  if r == "TargetConflict"}
     assert conflicts == {("TargetConflict", c.source, f"{c.namespace}/{c.name}")
@@ -275,5 +323,5 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
     assert problems == {("InvalidSpec", p.source) for p in plans if p.invalid} | {
         ("SourceNotAllowed", p.source) for p in plans if p.not_allowed}
 
-    after = plan_all(World(world.namespaces, server.objects))
+    after = plan_all(World(world.namespaces, server.objects, world.grace))
     assert [(p.source, p.actions) for p in after if p.actions] == []

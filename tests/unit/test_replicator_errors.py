@@ -43,7 +43,8 @@ def replicator(mocker: MockerFixture, status: int, watching: bool
     recorder = mocker.create_autospec(EventRecorder, instance=True)
     return Replicator(kube, Caches(objects, namespaces, CONFIGMAP),
                       Scope.from_flags("*", DEFAULT_EXCLUDED), recorder,
-                      Expectations(lambda key: 0), watching=lambda key: watching), recorder
+                      Expectations(lambda key: 0), watching=lambda key: watching,
+                      delete_grace=0.0), recorder
 
 
 @pytest.mark.parametrize(("status", "watching", "raised"), [
@@ -91,7 +92,7 @@ def test_no_secret_value_reaches_an_error_or_an_event_whatever_the_server_echoes
     recorder = mocker.create_autospec(EventRecorder, instance=True)
     r = Replicator(kube, Caches(objects, namespaces, SECRET),
                    Scope.from_flags("src", DEFAULT_EXCLUDED), recorder,
-                   Expectations(lambda key: 0), watching=lambda key: watching)
+                   Expectations(lambda key: 0), watching=lambda key: watching, delete_grace=0.0)
     with pytest.raises(ReconcileError) as raised:
         r.reconcile(target_key(SECRET, "a", "tls"))
     told = [str(raised.value), repr(raised.value),

@@ -12,7 +12,7 @@ from configmirror.plan import decide, desired_body, nothing_admitted, plan_sourc
 from configmirror.replicator import redacted
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import REPLICATE_TO, Scope
-from tests.unit.test_plan import cached, ns, world
+from tests.unit.test_plan import AT_ONCE, cached, ns, world
 
 SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
 CERT = base64.b64encode(b"-----BEGIN CERTIFICATE----- marker-123 -----END").decode()
@@ -48,7 +48,7 @@ def test_a_replica_whose_type_must_change_is_recreated() -> None:
     old, new = secret("Opaque"), secret("kubernetes.io/tls")
     current = replica(old, "a")
     w = world([new, current], [ns("src"), ns("a")], SECRET)
-    p = decide("a", "tls", current, w, SCOPE, nothing_admitted)
+    p = decide("a", "tls", current, w, SCOPE, nothing_admitted, AT_ONCE)
     assert p.action is not None and p.action.kind == "recreate"
     assert replica(old, "a").type == "Opaque"
 
@@ -58,10 +58,10 @@ def test_a_data_change_is_an_update_and_in_sync_is_nothing() -> None:
     rotated = secret(data={"tls.crt": "bmV3", "tls.key": "bmV3"})
     replicas = [replica(src, "a")]
     w = world([rotated, *replicas], [ns("src"), ns("a")], SECRET)
-    whole = plan_source(src.key, w, w.get, SCOPE, nothing_admitted)
+    whole = plan_source(src.key, w, w.get, SCOPE, nothing_admitted, AT_ONCE)
     assert [(a.kind, a.namespace) for a in whole.actions] == [("update", "a")]
     w = world([src, *replicas], [ns("src"), ns("a")], SECRET)
-    in_sync = plan_source(src.key, w, w.get, SCOPE, nothing_admitted)
+    in_sync = plan_source(src.key, w, w.get, SCOPE, nothing_admitted, AT_ONCE)
     assert in_sync.in_sync
 
 
@@ -70,7 +70,7 @@ def test_a_service_account_token_source_is_an_invalid_spec() -> None:
     assert src.compiled is not None and src.compiled.invalid is not None
     assert "service-account-token" in src.compiled.invalid
     w = world([src], [ns("src"), ns("a")], SECRET)
-    p = plan_source(src.key, w, w.get, SCOPE, nothing_admitted)
+    p = plan_source(src.key, w, w.get, SCOPE, nothing_admitted, AT_ONCE)
     assert p.invalid is not None and p.actions == ()
 
 
@@ -84,7 +84,7 @@ def test_a_configmap_and_a_secret_hash_differently_and_type_defaults_to_opaque()
 def test_what_plan_shows_of_a_secret_is_key_names_sizes_and_a_hash() -> None:
     src = secret()
     w = world([src], [ns("src"), ns("a")], SECRET)
-    p = plan_source(src.key, w, w.get, SCOPE, nothing_admitted)
+    p = plan_source(src.key, w, w.get, SCOPE, nothing_admitted, AT_ONCE)
     assert p.kind == "Secret"
     assert p.content == {"keys": {"tls.crt": len(CERT), "tls.key": 4},
                          "hash": src.compiled.content_hash}  # type: ignore[union-attr]
