@@ -124,6 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     _add(run, "--drain-timeout", d.drain_timeout,
          "seconds in-flight reconciles may take to finish on SIGTERM", float)
     _add(run, "--dry-run", d.dry_run, "decide and log every write, perform none", bool)
+    _add(run, "--source-metrics", d.source_metrics, "export configmirror_source_replicas"
+         "{kind,source,state}: each source's replicas by state (a series per source: off by "
+         "default)", bool)
     _add(run, "--kube-api-qps", d.kube_api_qps, "requests per second to the API server, "
          "shared by every request (0: no client-side limit)", float)
     _add(run, "--kube-api-burst", d.kube_api_burst, "requests allowed above --kube-api-qps "

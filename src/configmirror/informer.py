@@ -161,6 +161,10 @@ class Informer(Generic[T]):
         with self._lock:
             return self._stream is not None and self._outage is None
 
+    def failing(self) -> bool:
+        """Whether a failed list or watch is being retried now (an outage, logged once)."""
+        return self._outage is not None
+
     def pending(self) -> int:
         """Changes the handler has not been told about yet."""
         with self._changed:

@@ -16,7 +16,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -78,6 +78,13 @@ class Manager:
             "configmirror", self.queue, self.gate.reconcile, settings.workers, self.metrics,
             self.recorder)
         self.metrics.observe_pending(self._pending)
+        if settings.source_metrics:  # one series per source and state: off unless asked
+            self.metrics.observe_sources(self._source_states)
+        self.metrics.api_server_unavailable.set_function(
+            lambda: int(self.gate.in_outage() or any(i.failing() for i in self.informers)))
+        self.metrics.dead_workers.set_function(
+            lambda: self.settings.workers - self.controller.alive_workers()
+            if self._workers_started else 0)
         self.elector: LeaderElector | None = None
         if settings.leader_elect:
             self.elector = LeaderElector(
@@ -117,6 +124,13 @@ class Manager:
 
     def _server_answered(self) -> None:
         self.gate.answered()  # an informer reconnected: no key need wait for the server
+
+    def _source_states(self) -> Iterator[tuple[str, str, dict[str, int]]]:
+        for kind, replicator in self.replicators.items():
+            for plan in replicator.plans():
+                yield kind.name, plan.source, {
+                    "desired": len(plan.targets), "in_sync": plan.targets_in_sync,
+                    "pending": len(plan.actions), "conflict": len(plan.conflicts)}
 
     def _pending(self) -> dict[str, int]:
         """Work not finished yet, for configmirror_work_pending (the idle probe)."""

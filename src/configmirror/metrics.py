@@ -78,6 +78,24 @@ class _PendingCollector(Collector):
         yield family
 
 
+class _SourceCollector(Collector):
+    """`configmirror_source_replicas{kind, source, state}` (--source-metrics): each source's
+    replicas by state, worked out from its plan at scrape time."""
+
+    def __init__(self, plans: Callable[[], Iterator[tuple[str, str, dict[str, int]]]]) -> None:
+        self._plans = plans
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "configmirror_source_replicas", "Replicas of each source by state: desired "
+            "(targets), in_sync, pending (writes to make), conflict (places it cannot have)",
+            labels=["kind", "source", "state"])
+        for kind, source, counts in self._plans():
+            for state, n in counts.items():
+                family.add_metric([kind, source, state], n)
+        yield family
+
+
 class Metrics:
     """Every metric configmirror exports, in one registry (one per process, or one per test)."""
 
@@ -159,6 +177,12 @@ class Metrics:
             "and resource (configmaps, secrets)", ["action", "resource"], registry=r)
         self.leader = Gauge("configmirror_leader", "1 while this process holds the lease",
                             registry=r)
+        self.api_server_unavailable = Gauge(
+            "configmirror_api_server_unavailable", "1 while the API server does not answer: "
+            "keys wait for it, or an informer retries its list or watch", registry=r)
+        self.dead_workers = Gauge(
+            "configmirror_dead_workers", "Worker threads that died (0 on a standby, whose "
+            "workers never started); /healthz fails while any has", registry=r)
         self.pending_removals = Gauge(
             "configmirror_pending_removals", "Replicas whose removal (delete or release) waits "
             "out --delete-grace", registry=r)
@@ -176,6 +200,11 @@ class Metrics:
     def count_requests(self, counts: Callable[[], dict[tuple[str, str, int], int]]) -> None:
         """Export `configmirror_api_requests_total` from a source like Kube.counts."""
         self.registry.register(_RequestCollector(counts))
+
+    def observe_sources(self, plans: Callable[[], Iterator[tuple[str, str, dict[str, int]]]]
+                        ) -> None:
+        """Export `configmirror_source_replicas` from (kind, source, state -> count)."""
+        self.registry.register(_SourceCollector(plans))
 
     def observe_pending(self, pending: Callable[[], dict[str, int]]) -> None:
         """Export `configmirror_work_pending` from a snapshot function (state -> count)."""

@@ -124,6 +124,13 @@ class ReplicationPlan:
         return (not self.actions and not self.conflicts and self.invalid is None
                 and self.not_allowed is None)
 
+    @property
+    def targets_in_sync(self) -> int:
+        """Targets that hold this source's replica as it must be: no write pending there for
+        it, and no conflict keeping it out."""
+        busy = {a.namespace for a in self.actions} | {c.namespace for c in self.conflicts}
+        return sum(1 for t in self.targets if t not in busy)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind, "source": self.source, "targets": list(self.targets),

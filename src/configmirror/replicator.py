@@ -49,7 +49,16 @@ from configmirror.model import (
     replica_hash,
     target_key,
 )
-from configmirror.plan import REMOVALS, Action, Conflict, Grace, decide, desired_body, plan_source
+from configmirror.plan import (
+    REMOVALS,
+    Action,
+    Conflict,
+    Grace,
+    ReplicationPlan,
+    decide,
+    desired_body,
+    plan_source,
+)
 from configmirror.reconcile import (
     ReconcileError,
     Result,
@@ -188,6 +197,14 @@ class Replicator:
         self._delete_grace = delete_grace
         self._clock: Clock = clock or RealClock()
         self._removals: dict[str, float] = {}
+
+    def plans(self) -> list[ReplicationPlan]:
+        """The plan of every source (and of every source a replica still names), from the
+        cache and this process's memory: what `status` and --source-metrics show."""
+        keys = {s.key for s in self._caches.sources()} | set(self._caches.replicated_sources())
+        grace = self._grace()
+        return [plan_source(key, self._caches, self._current, self.scope, self._admitted.get,
+                            grace) for key in sorted(keys)]
 
     def pending_removals(self) -> int:
         """Replicas whose removal waits out the grace now."""

@@ -101,6 +101,10 @@ class ServerGate(Generic[K]):
         for key in keys:
             self._enqueue(key)
 
+    def in_outage(self) -> bool:
+        """Whether keys wait for the API server now."""
+        return self._outage_since is not None
+
     def waiting(self) -> int:
         """Keys waiting for the API server to answer again."""
         with self._lock:

@@ -38,6 +38,9 @@ class Settings:
     # Seconds every removal waits after its cause is first seen (a source deleted, a namespace
     # that stops matching): a source recreated, or a label put back, within it costs nothing.
     delete_grace: float = 60.0
+    # configmirror_source_replicas{kind, source, state}: a series per source and state, so
+    # off unless asked (cardinality).
+    source_metrics: bool = False
     # The client-side limit on requests per second, shared by every request (0: none), and
     # the burst above it (kube-controller-manager's --kube-api-qps/--kube-api-burst).
     kube_api_qps: float = 50.0

@@ -116,6 +116,8 @@ def test_a_10_s_apiserver_outage_right_after_an_edit_delays_replicas_by_seconds_
     down = time.monotonic()
     # Read while the server is down, so no update can land after it: what was done before.
     half = operator.metric("configmirror_replica_writes_total", action="update")
+    wait_for(lambda: operator.metric("configmirror_api_server_unavailable") == 1, timeout=10,
+             what="the operator to say the API server does not answer")
     threading.Event().wait(10)  # the outage itself: what the test is about, not a hope
     plane.start_apiserver()
     print(f"apiserver down for {time.monotonic() - down:.1f} s")
@@ -126,6 +128,8 @@ def test_a_10_s_apiserver_outage_right_after_an_edit_delays_replicas_by_seconds_
     print(f"converged {time.monotonic() - back:.1f} s after the return ({half} done before)")
     assert operator.metric("configmirror_reconcile_given_up_total") == 0, \
         "an outage is not the object's fault: nothing is given up"
+    wait_for(lambda: operator.metric("configmirror_api_server_unavailable") == 0,
+             what="the outage gauge back to 0")
     assert events(cluster, src, "cfg", "ReplicationFailed") == []
     wait_for(lambda: events(cluster, src, "cfg", "Replicated"), timeout=30,
              what="the Replicated Event, written once the server was back")

@@ -178,6 +178,28 @@ def test_plan_and_run_agree_on_two_sources_of_one_name_the_older_wins(
     assert [c["namespace"] for c in after[f"{newer}/cfg"]["conflicts"]] == sorted(targets)
 
 
+def test_source_metrics_count_each_sources_replicas_by_state(
+        cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
+    src, taken = namespaces(), namespaces()
+    targets = [namespaces() for _ in range(3)]
+    cluster.core.create_namespaced_config_map(taken, configmap("cfg"))  # not ours: a conflict
+    cluster.core.create_namespaced_config_map(src, configmap(
+        "cfg", {REPLICATE_TO: ",".join([*targets, taken])}))
+    operator = operators("--source-metrics")
+    wait_for(lambda: all(read(cluster, t, "cfg") for t in targets), what="the replicas")
+    operator.wait_idle()
+    series = "configmirror_source_replicas"
+    key = f"{src}/cfg"
+    assert {state: operator.metric(series, kind="ConfigMap", source=key, state=state)
+            for state in ("desired", "in_sync", "pending", "conflict")} == {
+        "desired": 4, "in_sync": 3, "pending": 0, "conflict": 1}
+    assert operator.metric("configmirror_api_server_unavailable") == 0
+    assert operator.metric("configmirror_dead_workers") == 0
+    plain = operators()  # without the flag: no per-source series
+    plain.wait_idle()
+    assert not [s for s in plain.scrape().samples if s[0] == series]
+
+
 def test_forbidden_and_terminating_namespaces_cause_no_hot_loop(
         cluster: Cluster, namespaces: Namespaces, operators: Operators, tmp_path: Path) -> None:
     src, allowed, forbidden = namespaces(), namespaces(), namespaces()
