@@ -67,6 +67,7 @@ class KindCache:
                  informers: dict[str, Informer[CachedObject]]) -> None:
         self.kind = replicated.kind
         self.scope = replicated.scope
+        self.names = replicated.names
         self.caches = caches
         self._informers = informers  # by the name they watch ("" for all)
 
@@ -125,6 +126,17 @@ class ClusterCache:
     def informers(self) -> list[Informer[Any]]:
         """Every informer: namespaces first, then each kind's."""
         return [self.namespace_informer, *(i for k in self.kinds.values() for i in k.informers)]
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+
+    def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+
+    def has_synced(self) -> bool:
+        return all(informer.has_synced() for informer in self.informers)
 
     def list_once(self) -> None:
         """One LIST of everything into the caches, without watching (for `plan`)."""

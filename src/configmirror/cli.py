@@ -1,4 +1,5 @@
-"""The `configmirror` command: `run`, `plan`, `version`.
+"""The `configmirror` command: `run`, `plan`, `status`, `wait`, `version` (also as
+`kubectl configmirror ...`: the `kubectl-configmirror` entry point is the same program).
 
 Every flag can also be set by an environment variable: `--max-retries` is
 CONFIGMIRROR_MAX_RETRIES. A flag on the command line wins over the environment.
@@ -16,16 +17,19 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn, overload
 
 from configmirror import __version__
-from configmirror.caches import ClusterCache, Replicated, replicated_kinds
-from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
+from configmirror.caches import ClusterCache, KindCache, Replicated, replicated_kinds
+from configmirror.kube import EVENTS, ApiError, ConfigError, Kube, load_configuration
+from configmirror.model import CONFIGMAP, SECRET, Kind
 from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_source
 from configmirror.settings import Settings, format_duration, parse_duration
 from configmirror.spec import InvalidSpec, ReplicaRules
+from configmirror.status import Failure, KindView, SourceStatus, namespace_status, source_status
 
 ENV_PREFIX = "CONFIGMIRROR_"
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -70,9 +74,10 @@ def duration(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     d = Settings()
-    parser = _Parser(prog="configmirror", description="Keeps ConfigMaps replicated across "
-                     "namespaces. See https://github.com/configmirror/configmirror.")
-    commands = parser.add_subparsers(dest="command", metavar="{run,plan,version}")
+    parser = _Parser(prog=_prog(), description="Keeps ConfigMaps (and named Secrets) "
+                     "replicated across namespaces. See README.md.")
+    commands = parser.add_subparsers(dest="command",
+                                     metavar="{run,plan,status,wait,version}")
     commands.required = True
 
     def cluster_flags(p: argparse.ArgumentParser) -> None:
@@ -138,8 +143,35 @@ def _parser() -> argparse.ArgumentParser:
     _add(plan, "--namespace", None, "only sources in this namespace")
     _add(plan, "--output", "text", "output format", choices=("text", "json"))
 
+    status = commands.add_parser("status", help="per source: targets, in sync, pending, "
+                                 "problems (the same decision as run); change nothing")
+    cluster_flags(status)
+    status.add_argument("source", nargs="?", metavar="NS/NAME", help="only this source")
+    _add(status, "--kind", "configmap", "the kind of NS/NAME", choices=KIND_CHOICES)
+    _add(status, "--namespace", None, "what this namespace holds and pulls, and the sources "
+         "of those")
+    _add(status, "--output", "text", "output format", choices=("text", "json"))
+    status.add_argument("-o", dest="output", choices=("text", "json"), help="--output")
+
+    wait = commands.add_parser("wait", help="exit 0 as soon as every target of a source is "
+                               "in sync, 1 when the timeout passes or it does not exist")
+    cluster_flags(wait)
+    wait.add_argument("source", metavar="NS/NAME", help="the source")
+    _add(wait, "--kind", "configmap", "the kind of NS/NAME", choices=KIND_CHOICES)
+    _add(wait, "--timeout", "5m", "how long to wait", duration)
+
     commands.add_parser("version", help="print the version")
     return parser
+
+
+KIND_CHOICES = ("configmap", "secret")
+
+
+def _prog() -> str:
+    """How the user called us: `kubectl configmirror` as a kubectl plugin (kubectl runs the
+    `kubectl-configmirror` executable), else `configmirror`."""
+    return "kubectl configmirror" if os.path.basename(sys.argv[0]).startswith(
+        "kubectl-configmirror") else "configmirror"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,11 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"configmirror {__version__}")
             return 0
         _setup_logging(args.log_format, args.log_level)
-        if args.command == "run":
-            return _run(args)
-        return _plan(args)
+        commands = {"run": _run, "plan": _plan, "status": _status, "wait": _wait}
+        return commands[args.command](args)
     except (UsageError, ConfigError) as err:
-        print(f"configmirror: {err}", file=sys.stderr)
+        print(f"{_prog()}: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -233,28 +264,68 @@ def _run(args: argparse.Namespace) -> int:
     return Manager(settings, kube).run(stop)
 
 
-def _plan(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+@overload
+def _listed(settings: Settings) -> ClusterCache: ...
+@overload
+def _listed(settings: Settings, failures: Literal[True]) -> tuple[ClusterCache, list[Failure]]: ...
+
+
+def _listed(settings: Settings, failures: bool = False
+            ) -> ClusterCache | tuple[ClusterCache, list[Failure]]:
+    """The operator's own caches, listed once (Secrets one name at a time, as it watches
+    them), and with `failures` the ReplicationFailed Events it recorded on sources."""
     kube = _connect(settings, pool_size=2, limited=False)
-    # The operator's own caches, listed once (Secrets one name at a time, as it watches them).
     cache = ClusterCache(kube, _kinds(settings), _rules(settings))
+    found: list[Failure] = []
     try:
         cache.list_once()
+        if failures:
+            found = _failures(kube)
     except ApiError as err:
         raise UsageError(f"cannot list {err}") from None
     finally:
         kube.close()
-    plans = []
-    for cached in cache.kinds.values():
-        world = cached.caches
-        keys = {source.key for source in world.sources()} | set(world.replicated_sources())
-        if args.namespace:
-            keys = {k for k in keys if k.split("/", 1)[0] == args.namespace}
-        # No memory of when the operator first saw a removal's cause: each is shown with the
-        # whole grace left, the most it can take.
-        grace = Grace.from_now(settings.delete_grace)
-        plans += [plan_source(key, world, world.get, cached.scope, nothing_admitted, grace)
-                  for key in sorted(keys)]
+    return (cache, found) if failures else cache
+
+
+def _failures(kube: Kube) -> list[Failure]:
+    """The operator's ReplicationFailed Events (one list for the cluster). Without leave to
+    list Events, status says so and goes on without them."""
+    query: dict[str, Any] = {"fieldSelector": "reason=ReplicationFailed", "limit": 500}
+    found: list[Failure] = []
+    while True:
+        try:
+            body = kube.request("list", EVENTS.collection(), query)
+        except ApiError as err:
+            print(f"{_prog()}: note: cannot list Events ({err.status} {err.reason}), so "
+                  f"failed writes are not shown", file=sys.stderr)
+            return []
+        found += [Failure(str(o.get("uid", "")), str(o.get("resourceVersion", "")),
+                          str(e.get("message", "")))
+                  for e in body.get("items") or () if (o := e.get("involvedObject") or {})]
+        if not (token := (body.get("metadata") or {}).get("continue")):
+            return found
+        query["continue"] = token
+
+
+def _plans(cached: KindCache, settings: Settings,
+           only: Callable[[str], bool] = lambda key: True) -> list[ReplicationPlan]:
+    """The plan of every source of one kind (and of every source a replica still names).
+
+    No memory of when the operator first saw a removal's cause: each removal is shown with
+    the whole grace left, the most it can take."""
+    world = cached.caches
+    keys = {source.key for source in world.sources()} | set(world.replicated_sources())
+    grace = Grace.from_now(settings.delete_grace)
+    return [plan_source(key, world, world.get, cached.scope, nothing_admitted, grace)
+            for key in sorted(keys) if only(key)]
+
+
+def _plan(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    cache = _listed(settings)
+    plans = [p for cached in cache.kinds.values() for p in _plans(
+        cached, settings, lambda key: not args.namespace or key.split("/", 1)[0] == args.namespace)]
     in_sync = all(p.in_sync for p in plans)
     if args.output == "json":
         print(json.dumps({"in_sync": in_sync, "plans": [p.to_json() for p in plans]},
@@ -262,6 +333,118 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         _print_plans(plans)
     return 0 if in_sync else EXIT_OUT_OF_SYNC
+
+
+def _status(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    kind = _kind_of(args.kind, settings)
+    if args.source is not None:
+        _source_key(args.source)
+    cache, failures = _listed(settings, failures=True)
+    views = {k.name: KindView(c.caches, c.scope, c.names, _plans(c, settings))
+             for k, c in cache.kinds.items()}
+    sources = [source_status(p, view, failures) for view in views.values() for p in view.plans]
+    namespace = None
+    if args.source is not None:
+        sources = [s for s in sources if s.kind == kind.name and s.source == args.source]
+        if not sources or not sources[0].exists:
+            raise UsageError(f"there is no {kind.name} source {args.source}")
+    if args.namespace is not None:
+        namespace = namespace_status(args.namespace, views, frozenset(views))
+        if not namespace["exists"]:
+            raise UsageError(f"there is no namespace {args.namespace}")
+        related = {(h["kind"], h["replica_of"]) for h in namespace["holds"]} | {
+            (v, p.source) for v, view in views.items() for p in view.plans
+            if args.namespace in p.targets or args.namespace in p.pullers}
+        sources = [s for s in sources if (s.kind, s.source) in related]
+    if args.output == "json":
+        doc: dict[str, Any] = {"sources": [s.to_json() for s in sources]}
+        if namespace is not None:
+            doc["namespace"] = namespace
+        print(json.dumps(doc, indent=2))
+    else:
+        _print_status(sources, namespace)
+    return 0
+
+
+def _wait(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    kind = _kind_of(args.kind, settings)
+    key = _source_key(args.source)
+    kube = _connect(settings, pool_size=2, limited=False)
+    changed = threading.Event()
+    cache = ClusterCache(kube, _kinds(settings), _rules(settings),
+                         on_object=lambda *_: changed.set(), on_namespace=lambda *_: changed.set())
+    cached = cache.kinds[kind]
+    deadline = time.monotonic() + args.timeout
+    cache.start()
+    try:
+        last: SourceStatus | None = None
+        while True:
+            if cache.has_synced():
+                plans = _plans(cached, settings, lambda k: k == key)
+                view = KindView(cached.caches, cached.scope, cached.names, plans)
+                last = source_status(plans[0], view, ()) if plans else None
+                if last is None or not last.exists:
+                    raise UsageError(f"there is no {kind.name} source {key}")
+                if last.done:
+                    print(f"{key}: in sync in {last.targets} target namespace(s)")
+                    return 0
+            left = deadline - time.monotonic()
+            if left <= 0:
+                print(f"{_prog()}: {key} not in sync after {format_duration(args.timeout)}",
+                      file=sys.stderr)
+                if last is not None:
+                    _print_status([last], None)
+                return 1
+            changed.wait(min(left, 1.0))
+            changed.clear()
+    finally:
+        cache.stop()
+        kube.close()
+
+
+def _kind_of(flag: str, settings: Settings) -> Kind:
+    if flag == "secret":
+        if not settings.secrets:
+            raise UsageError("--kind secret needs the operator's --secret-names and "
+                             "--secret-source-namespaces (only those Secrets are ever read)")
+        return SECRET
+    return CONFIGMAP
+
+
+def _source_key(text: str) -> str:
+    namespace, _, name = text.partition("/")
+    if not _DNS_NAME.fullmatch(namespace) or not _DNS_NAME.fullmatch(name):
+        raise UsageError(f"{text!r} is not NAMESPACE/NAME")
+    return text
+
+
+def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None) -> None:
+    if namespace is not None:
+        print(f"namespace {namespace['name']}:")
+        for hold in namespace["holds"]:
+            print(f"  holds  {hold['kind'].lower()} {hold['name']}  replica of "
+                  f"{hold['replica_of']} ({hold['state']})")
+        for pull in namespace["pulls"]:
+            why = f": {pull['reason']}" if pull["reason"] else ""
+            print(f"  pulls  {pull['entry']}  {pull['state']}{why}")
+        if not namespace["holds"] and not namespace["pulls"]:
+            print("  no replicas, no pulls")
+    if not sources and namespace is None:
+        print("no sources")
+    for status in sources:
+        print(f"{status.kind.lower()} {status.source}: {status.in_sync}/{status.targets} "
+              f"target(s) in sync" + ("" if status.exists else " (the source is gone)"))
+        for p in status.pending:
+            when = f"in {format_duration(p['due_in'])}: " if p["due_in"] else ""
+            print(f"  pending  {p['action']} {p['namespace']}/{p['name']}  ({when}{p['why']})")
+        for problem in status.problems:
+            print(f"  problem  {problem.type}: {problem.message}")
+    if sources:
+        pending = sum(len(s.pending) for s in sources)
+        problems = sum(len(s.problems) for s in sources)
+        print(f"{len(sources)} source(s): {pending} pending, {problems} problem(s)")
 
 
 def _print_plans(plans: list[ReplicationPlan]) -> None:

@@ -57,6 +57,12 @@ class ObjectRef:
         return cls(kind, obj.namespace, obj.name, obj.uid, obj.resource_version)
 
 
+def _event_namespace(ref: ObjectRef) -> str:
+    """Where an Event about `ref` lives: its namespace, or (a Namespace, or any other
+    cluster-scoped object) "default", as client-go's recorder puts it."""
+    return ref.namespace or "default"
+
+
 @dataclass(frozen=True)
 class _Event:
     ref: ObjectRef
@@ -252,7 +258,7 @@ class EventRecorder:
         key = (ref.uid, event.type, event.reason, event.message)
         seen = self._recorded.get(key)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        path = EVENTS.collection(ref.namespace)
+        path = EVENTS.collection(_event_namespace(ref))
         try:
             if seen is not None:
                 try:
@@ -287,7 +293,7 @@ class EventRecorder:
         ref = event.ref
         return {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": name, "namespace": ref.namespace},
+            "metadata": {"name": name, "namespace": _event_namespace(ref)},
             "involvedObject": {"kind": ref.kind, "apiVersion": ref.api_version,
                                "namespace": ref.namespace, "name": ref.name, "uid": ref.uid,
                                "resourceVersion": ref.resource_version},

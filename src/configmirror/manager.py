@@ -28,7 +28,7 @@ from configmirror.events import EventRecorder
 from configmirror.kube import Kube
 from configmirror.leaderelection import LeaderElector
 from configmirror.metrics import Metrics
-from configmirror.model import CachedObject, Key, Kind, Namespace
+from configmirror.model import CONFIGMAP, CachedObject, Key, Kind, Namespace
 from configmirror.ratelimit import default_controller_rate_limiter
 from configmirror.reconcile import Result
 from configmirror.replicator import Expectations, Replicator
@@ -63,11 +63,15 @@ class Manager:
             self._on_object, self._on_namespace, self.metrics, self._clock,
             settings.resync_period, self._server_answered)
         self.informers = self.cache.informers
+        served = frozenset(kind.name for kind in self.cache.kinds)
         self.replicators: dict[Kind, Replicator] = {
             kind: Replicator(kube, cached.caches, cached.scope, self.recorder,
                              Expectations(cached.watermark), self.metrics, settings.dry_run,
                              cached.watching, delete_grace=settings.delete_grace,
-                             clock=self._clock)
+                             clock=self._clock, names=cached.names,
+                             # ConfigMaps are always replicated: their replicator also says
+                             # which pulls no kind can serve.
+                             unserved=served if kind is CONFIGMAP else None)
             for kind, cached in self.cache.kinds.items()}
         self.metrics.pending_removals.set_function(
             lambda: sum(r.pending_removals() for r in self.replicators.values()))

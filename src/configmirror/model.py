@@ -23,18 +23,25 @@ from configmirror.settings import DEFAULT_DROP
 from configmirror.spec import (
     COPY_ANNOTATIONS,
     COPY_LABELS,
+    NO_PULLS,
     ON_DELETE,
     PREFIX,
+    PULL,
+    PULL_ALLOWED,
+    PULL_ALLOWED_MATCHING,
     REPLICATE_TO,
     REPLICATE_TO_MATCHING,
+    SOURCE_ANNOTATIONS,
     SYNC,
     InvalidSpec,
     Lifecycle,
     Patterns,
+    Pulls,
     ReplicaRules,
     Spec,
     parse_copied,
     parse_lifecycle,
+    parse_pulls,
     parse_spec,
 )
 from configmirror.store import Store
@@ -55,6 +62,7 @@ _ALL = "all"
 
 SOURCE = "source"
 TARGET = "target"
+PULL_ROLE = "pull"  # a namespace's pulls of one kind: reported when they get nothing
 SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
 
 
@@ -110,6 +118,10 @@ def source_key(kind: Kind, namespace: str, name: str) -> Key:
 
 def target_key(kind: Kind, namespace: str, name: str) -> Key:
     return Key(TARGET, kind, namespace, name)
+
+
+def pull_key(kind: Kind, namespace: str) -> Key:
+    return Key(PULL_ROLE, kind, namespace, "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +180,8 @@ class Namespace:
     labels: Mapping[str, str]
     terminating: bool
     resource_version: str
+    uid: str = ""
+    pulls: Pulls = NO_PULLS  # what it asks for with configmirror.io/pull
 
 
 # -- content --------------------------------------------------------------------------------
@@ -203,7 +217,8 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
     """
     spec, invalid = None, None
     try:
-        spec = parse_spec(annotations.get(REPLICATE_TO), annotations.get(REPLICATE_TO_MATCHING))
+        spec = parse_spec(annotations.get(REPLICATE_TO), annotations.get(REPLICATE_TO_MATCHING),
+                          annotations.get(PULL_ALLOWED), annotations.get(PULL_ALLOWED_MATCHING))
         copied = parse_copied(annotations.get(COPY_LABELS), annotations.get(COPY_ANNOTATIONS))
         lifecycle = parse_lifecycle(annotations.get(ON_DELETE), annotations.get(SYNC))
         if kind is SECRET and raw.get("type") == SERVICE_ACCOUNT_TOKEN:
@@ -245,7 +260,7 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind) -> Ca
     is_replica = labels.get(REPLICA_LABEL) == "true" and \
         annotations.get(REPLICA_OF, "").partition("/")[2] == name != ""
     compiled = None
-    if REPLICATE_TO in annotations or REPLICATE_TO_MATCHING in annotations:
+    if any(a in annotations for a in SOURCE_ANNOTATIONS):
         compiled = compile_source(f"{namespace}/{name}", labels, annotations, raw, rules, kind)
     return CachedObject(
         namespace=namespace, name=name,
@@ -325,6 +340,8 @@ def namespace_from_json(raw: dict[str, Any]) -> Namespace:
         terminating=bool(meta.get("deletionTimestamp"))
         or (raw.get("status") or {}).get("phase") == "Terminating",
         resource_version=str(meta.get("resourceVersion", "")),
+        uid=str(meta.get("uid", "")),
+        pulls=parse_pulls((meta.get("annotations") or {}).get(PULL)),
     )
 
 

@@ -118,6 +118,7 @@ class ReplicationPlan:
     not_allowed: str | None = None  # why its namespace may not hold sources
     targets: tuple[str, ...] = ()
     content: dict[str, Any] | None = None  # key names, sizes and hash: never values
+    pullers: tuple[str, ...] = ()  # namespaces that pull it (consented or not)
 
     @property
     def in_sync(self) -> bool:
@@ -153,11 +154,92 @@ def honoured(source: CachedObject | None, home: Namespace | None, scope: Scope) 
 
 
 def wants(source: CachedObject, namespace: Namespace, scope: Scope) -> bool:
-    """Whether an honoured `source` must have a replica in `namespace`: the targeting rule."""
+    """Whether an honoured `source` must have a replica in `namespace`: the targeting rule.
+    It pushes there, or the namespace pulls it and it allows that namespace to."""
     compiled = source.compiled
     return (compiled is not None and compiled.spec is not None
             and scope.may_target(source.namespace, namespace)
-            and compiled.spec.wants(namespace))
+            and (compiled.spec.wants(namespace)
+                 or (bool(namespace.pulls.entries)  # the common case: no pulls at all
+                     and (compiled.kind, source.key) in namespace.pulls.entries
+                     and compiled.spec.admits(namespace))))
+
+
+def pull_entry(kind: str, key: str) -> str:
+    """How a `configmirror.io/pull` entry names source `key` of `kind` (a kind's name): with
+    no prefix for a ConfigMap, `secret/` for a Secret."""
+    return key if kind == "ConfigMap" else f"{kind.lower()}/{key}"
+
+
+def pulls_of(kind: Kind, namespace: Namespace) -> list[str]:
+    """The sources of `kind` ("ns/name") that `namespace` pulls."""
+    return sorted(key for k, key in namespace.pulls.entries if k == kind.name)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A pull that gets nothing, and why: reported on the Namespace (PullNotAllowed)."""
+
+    namespace: str
+    entry: str   # as the annotation names it: "secret/platform/creds", or the raw text
+    reason: str
+
+    @property
+    def message(self) -> str:
+        return f"configmirror.io/pull entry {self.entry!r}: {self.reason}; nothing is replicated"
+
+
+def pull_refusals(namespace: Namespace, world: World, scope: Scope,
+                  names: tuple[str, ...]) -> list[Refusal]:
+    """The pulls of `namespace` for `world.kind` that get nothing, each with why.
+
+    `names` are the only names of that kind the operator watches (its --secret-names; ()
+    for every object): a pull of another name can never be served. Fail closed: no consent,
+    no such source, a source that is not honoured or whose spec does not parse.
+    """
+    kind = world.kind
+    refusals = []
+    for key in pulls_of(kind, namespace):
+        entry = pull_entry(kind.name, key)
+        source = world.get(key)
+        compiled = source.compiled if source is not None else None
+        home = world.namespace(source.namespace) if source is not None else None
+        if names and key.partition("/")[2] not in names:
+            reason = (f"the operator replicates only the {kind.name}s named in "
+                      f"--secret-names ({', '.join(names)})")
+        elif source is None:
+            reason = f"there is no {kind.name} {key}"
+        elif compiled is None:
+            reason = (f"{kind.name} {key} is not a source (it has no configmirror.io/"
+                      f"replicate-to or pull-allowed annotation)")
+        elif home is None or not scope.honours(home):
+            reason = (scope.refusal(home) if home is not None
+                      else f"namespace {source.namespace} is not known yet")
+        elif compiled.spec is None:
+            reason = f"its source has an invalid spec: {compiled.invalid}"
+        elif not scope.may_target(source.namespace, namespace):
+            reason = (f"namespace {namespace.name} never receives replicas (the source's own "
+                      f"namespace, labelled configmirror.io/ignore=true, excluded by "
+                      f"--exclude-namespaces, or terminating)")
+        elif not compiled.spec.admits(namespace):
+            reason = (f"{key} does not allow namespace {namespace.name} to pull it (its "
+                      f"configmirror.io/pull-allowed and pull-allowed-matching)")
+        else:
+            continue
+        refusals.append(Refusal(namespace.name, entry, reason))
+    return refusals
+
+
+def unserved_pulls(namespace: Namespace, kinds: frozenset[str]) -> list[Refusal]:
+    """The pulls of `namespace` no kind can serve: entries that do not parse, and sources of
+    a kind the operator does not replicate (Secrets without --secret-names)."""
+    refusals = [Refusal(namespace.name, entry, why) for entry, why in namespace.pulls.faults]
+    for kind, key in sorted(namespace.pulls.entries):
+        if kind not in kinds:
+            refusals.append(Refusal(namespace.name, pull_entry(kind, key),
+                                    f"the operator replicates no {kind}s (it runs without "
+                                    f"--secret-names)"))
+    return refusals
 
 
 def seniority(source: CachedObject) -> tuple[str, str]:
@@ -340,6 +422,8 @@ def plan_source(key: str, world: World, current: Callable[[str], CachedObject | 
     namespaces = world.all_namespaces()
     targets = sorted(ns.name for ns in namespaces
                      if honoured_source is not None and wants(honoured_source, ns, scope))
+    pullers = tuple(sorted(ns.name for ns in namespaces if ns.pulls.entries
+                           and (world.kind.name, key) in ns.pulls.entries))
     touched = set(targets) | {r.namespace for r in world.replicas_of(key)}
     contenders = _contenders(world.sources_named(name), world, scope)
     actions: list[Action] = []
@@ -351,6 +435,6 @@ def plan_source(key: str, world: World, current: Callable[[str], CachedObject | 
                        if a is not None and a.source == key)
         conflicts.extend(c for c in decision.conflicts if c.source == key)
     return ReplicationPlan(kind, key, tuple(actions), tuple(conflicts), not_allowed=refused,
-                           targets=tuple(targets),
+                           targets=tuple(targets), pullers=pullers,
                            content=compiled.summary() if honoured_source is not None
                            and compiled is not None else None)

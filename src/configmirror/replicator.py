@@ -37,6 +37,7 @@ from configmirror.metrics import Metrics
 from configmirror.model import (
     CONTENT_HASH,
     MANAGED_BY,
+    PULL_ROLE,
     RELEASED_FROM,
     REPLICA_LABEL,
     REPLICA_OF,
@@ -44,8 +45,10 @@ from configmirror.model import (
     CachedObject,
     Caches,
     Key,
+    Namespace,
     admission_changes,
     kept_as_written,
+    pull_key,
     replica_hash,
     target_key,
 )
@@ -54,10 +57,13 @@ from configmirror.plan import (
     Action,
     Conflict,
     Grace,
+    Refusal,
     ReplicationPlan,
     decide,
     desired_body,
     plan_source,
+    pull_refusals,
+    unserved_pulls,
 )
 from configmirror.reconcile import (
     ReconcileError,
@@ -72,6 +78,7 @@ log = logging.getLogger(__name__)
 
 REPLICATED = "Replicated"
 MUTATED = "ReplicaMutated"
+PULL_NOT_ALLOWED = "PullNotAllowed"
 _ACTIONS = ("created", "updated", "deleted")
 _DONE = {"create": "created", "update": "updated", "recreate": "updated", "delete": "deleted",
          "release": "released"}
@@ -172,7 +179,12 @@ class Replicator:
                  expectations: Expectations, metrics: Metrics | None = None,
                  dry_run: bool = False,
                  watching: Callable[[str], bool] = lambda key: True, *,
-                 delete_grace: float, clock: Clock | None = None) -> None:
+                 delete_grace: float, clock: Clock | None = None,
+                 names: tuple[str, ...] = (),
+                 unserved: frozenset[str] | None = None) -> None:
+        """`names`: the only names of this kind that are watched (() for every object);
+        `unserved`: when given, the kinds any replicator serves, and this one also reports
+        the pulls none can (entries that do not parse, kinds not replicated)."""
         self._kube = kube
         self._caches = caches
         self._kind = caches.kind
@@ -197,6 +209,10 @@ class Replicator:
         self._delete_grace = delete_grace
         self._clock: Clock = clock or RealClock()
         self._removals: dict[str, float] = {}
+        # Pulls: this kind's watched names, and namespace -> the refusals reported for it.
+        self._names = names
+        self._unserved = unserved
+        self._refusals_reported: dict[str, frozenset[tuple[str, str]]] = {}
 
     def plans(self) -> list[ReplicationPlan]:
         """The plan of every source (and of every source a replica still names), from the
@@ -221,6 +237,8 @@ class Replicator:
     def reconcile(self, key: Key) -> Result:
         if key.role == SOURCE:
             return self.reconcile_source(key)
+        if key.role == PULL_ROLE:
+            return self.reconcile_pulls(key)
         return self.reconcile_target(key)
 
     # -- a source: plan, and hand the work to target keys ------------------------------------
@@ -253,6 +271,8 @@ class Replicator:
         kind = self._kind
         follow_up = {target_key(kind, a.namespace, a.name) for a in plan.actions}
         follow_up |= {target_key(kind, c.namespace, c.name) for c in plan.conflicts}
+        # Whether what they pull gets to them may have changed with the source.
+        follow_up |= {pull_key(kind, ns) for ns in plan.pullers}
         return Result(follow_up=tuple(sorted(follow_up)))
 
     def _report_problem(self, key: Key, source: CachedObject | None, reason: str,
@@ -270,6 +290,39 @@ class Replicator:
         log.warning("source %s: %s; %s", key.object_key, message, done)
         if not self.dry_run:
             self._recorder.warning(self._ref(source), reason, message)
+
+    # -- a namespace's pulls: say which get nothing -------------------------------------------
+
+    def reconcile_pulls(self, key: Key) -> Result:
+        """Report each pull of namespace `key.namespace` that gets nothing, with why, once per
+        change: a Warning `PullNotAllowed` on the Namespace. The replicas themselves are the
+        targets' work (a pulled source's plan includes the namespaces it admits)."""
+        namespace = self._caches.namespace(key.namespace)
+        if namespace is None:
+            with self._lock:
+                self._refusals_reported.pop(key.namespace, None)
+            return Result()
+        refusals = pull_refusals(namespace, self._caches, self.scope, self._names)
+        if self._unserved is not None:
+            refusals += unserved_pulls(namespace, self._unserved)
+        now = frozenset((r.entry, r.reason) for r in refusals)
+        with self._lock:
+            before = self._refusals_reported.get(key.namespace, frozenset())
+            if now:
+                self._refusals_reported[key.namespace] = now
+            else:
+                self._refusals_reported.pop(key.namespace, None)
+        for refusal in refusals:
+            if (refusal.entry, refusal.reason) not in before:
+                self._refuse(namespace, refusal)
+        return Result()
+
+    def _refuse(self, namespace: Namespace, refusal: Refusal) -> None:
+        log.warning("namespace %s: %s", namespace.name, refusal.message)
+        if not self.dry_run:
+            self._recorder.warning(ObjectRef("Namespace", "", namespace.name, namespace.uid,
+                                             namespace.resource_version),
+                                   PULL_NOT_ALLOWED, refusal.message)
 
     # -- a target: decide one object, write at most once ------------------------------------
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from configmirror.model import CachedObject, Key, Kind, Namespace, source_key, target_key
+from configmirror.model import CachedObject, Key, Kind, Namespace, pull_key, source_key, target_key
 from configmirror.plan import honoured, wants
 from configmirror.spec import Scope
 
@@ -45,15 +45,20 @@ def namespace_keys(kind: Kind, old: Namespace | None, new: Namespace | None,
     """The keys a namespace event wakes among the sources of one `kind`.
 
     - Sources that live in it, when it appears or whether it may hold sources flips.
-    - Targets in it of the other honoured sources, where their wish for a replica flipped.
+    - Targets in it of the other honoured sources, where their wish for a replica flipped
+      (by its name, its labels, or what it pulls).
+    - Its pull key, when it pulls anything (or did), to say which pulls get nothing.
     A deleted namespace wakes nothing: its objects go with it, and their own delete events
     arrive through the object informer.
     """
     if new is None:
         return set()
-    if old is not None and old.labels == new.labels and old.terminating == new.terminating:
+    if old is not None and old.labels == new.labels and old.terminating == new.terminating \
+            and old.pulls == new.pulls:
         return set()  # nothing targeting depends on has changed
     keys: set[Key] = set()
+    if new.pulls or (old is not None and old.pulls):
+        keys.add(pull_key(kind, new.name))
     for source in sources:
         if source.namespace == new.name:
             if old is None or scope.honours(old) != scope.honours(new):

@@ -1,7 +1,9 @@
 """The spec language: where a source wants replicas, what they carry, and the operator's limits.
 
 A source names target namespaces with globs (`configmirror.io/replicate-to`) and/or a label
-selector (`configmirror.io/replicate-to-matching`); the targets are the union. It may choose
+selector (`configmirror.io/replicate-to-matching`); the targets are the union, plus the
+namespaces that pull it (`configmirror.io/pull` on the Namespace) and that it allows to
+(`configmirror.io/pull-allowed`, `configmirror.io/pull-allowed-matching`). It may choose
 which of its labels and annotations its replicas carry with key globs
 (`configmirror.io/copy-labels`, `configmirror.io/copy-annotations`, default `*`). The
 operator's flags bound all of it: `--source-namespaces` and `--exclude-namespaces` (Scope),
@@ -24,6 +26,11 @@ from configmirror.settings import Settings
 PREFIX = "configmirror.io/"
 REPLICATE_TO = PREFIX + "replicate-to"
 REPLICATE_TO_MATCHING = PREFIX + "replicate-to-matching"
+PULL_ALLOWED = PREFIX + "pull-allowed"
+PULL_ALLOWED_MATCHING = PREFIX + "pull-allowed-matching"
+PULL = PREFIX + "pull"  # on a Namespace: the sources it asks for
+# Any of these makes an object a source (one with only pull-allowed pushes nowhere).
+SOURCE_ANNOTATIONS = (REPLICATE_TO, REPLICATE_TO_MATCHING, PULL_ALLOWED, PULL_ALLOWED_MATCHING)
 COPY_LABELS = PREFIX + "copy-labels"
 COPY_ANNOTATIONS = PREFIX + "copy-annotations"
 ON_DELETE = PREFIX + "on-delete"
@@ -125,27 +132,90 @@ def _brackets_valid(glob: str) -> bool:
 
 @dataclass(frozen=True)
 class Spec:
-    """Where a source wants replicas: names/globs, a namespace selector, or both (union)."""
+    """Where a source wants replicas (names/globs, a namespace selector, or both: the union)
+    and which namespaces may pull it (the same two forms)."""
 
     patterns: Patterns | None
     selector: Selector | None
+    pull_patterns: Patterns | None = None
+    pull_selector: Selector | None = None
 
     def wants(self, namespace: NamespaceLike) -> bool:
+        """Whether it pushes a replica into `namespace`."""
         return bool((self.patterns is not None and self.patterns.matches(namespace.name))
                     or (self.selector is not None and self.selector.matches(namespace.labels)))
 
+    def admits(self, namespace: NamespaceLike) -> bool:
+        """Whether `namespace` may pull it (absent pull-allowed: nobody may)."""
+        return bool(
+            (self.pull_patterns is not None and self.pull_patterns.matches(namespace.name))
+            or (self.pull_selector is not None
+                and self.pull_selector.matches(namespace.labels)))
 
-def parse_spec(replicate_to: str | None, replicate_to_matching: str | None) -> Spec:
-    """The targets of a source from its two annotations (either may be absent)."""
-    patterns = selector = None
-    if replicate_to is not None:
-        patterns = parse_patterns(replicate_to)
-    if replicate_to_matching is not None:
-        try:
-            selector = parse_selector(replicate_to_matching)
-        except SelectorError as err:
-            raise InvalidSpec(f"{REPLICATE_TO_MATCHING}: {err}") from None
-    return Spec(patterns, selector)
+
+def parse_spec(replicate_to: str | None, replicate_to_matching: str | None,
+               pull_allowed: str | None = None, pull_allowed_matching: str | None = None
+               ) -> Spec:
+    """A source's targets and pull consent from its annotations (any may be absent)."""
+    return Spec(
+        parse_patterns(replicate_to) if replicate_to is not None else None,
+        _selector(replicate_to_matching, REPLICATE_TO_MATCHING),
+        parse_patterns(pull_allowed, PULL_ALLOWED) if pull_allowed is not None else None,
+        _selector(pull_allowed_matching, PULL_ALLOWED_MATCHING))
+
+
+def _selector(text: str | None, annotation: str) -> Selector | None:
+    if text is None:
+        return None
+    try:
+        return parse_selector(text)
+    except SelectorError as err:
+        raise InvalidSpec(f"{annotation}: {err}") from None
+
+
+@dataclass(frozen=True)
+class Pulls:
+    """What a Namespace asks for with `configmirror.io/pull`: sources by (kind, "ns/name"),
+    and the entries that do not parse, each with why."""
+
+    entries: frozenset[tuple[str, str]]
+    faults: tuple[tuple[str, str], ...] = ()  # (the entry as written, why it does not parse)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries or self.faults)
+
+
+NO_PULLS = Pulls(frozenset())
+_PULL_KINDS = {"configmap": "ConfigMap", "secret": "Secret"}
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+                            r"(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def parse_pulls(text: str | None) -> Pulls:
+    """`platform/shared-ca, secret/platform/registry-creds`: entries
+    `[configmap/|secret/]NAMESPACE/NAME` (a ConfigMap when no kind is said). An entry that
+    does not parse is kept as a fault naming it; the others still count."""
+    if text is None:
+        return NO_PULLS
+    entries: set[tuple[str, str]] = set()
+    faults: list[tuple[str, str]] = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        parts = entry.split("/")
+        kind = "ConfigMap"
+        if len(parts) == 3:
+            kind = _PULL_KINDS.get(parts[0].lower(), "")
+            parts = parts[1:]
+        if len(parts) != 2 or not kind:
+            faults.append((entry, "not [configmap/|secret/]NAMESPACE/NAME"))
+        elif not _DNS_LABEL.fullmatch(parts[0]) or not _DNS_SUBDOMAIN.fullmatch(parts[1]):
+            faults.append((entry, "not a namespace and an object name (lower-case DNS "
+                                  "names)"))
+        else:
+            entries.add((kind, f"{parts[0]}/{parts[1]}"))
+    return Pulls(frozenset(entries), tuple(faults))
 
 
 @dataclass(frozen=True)

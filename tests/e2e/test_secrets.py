@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.wait import wait_for
 from tests.conftest import REPO, Cluster, Namespaces
 from tests.e2e.conftest import Operators, events, restart_writes_nothing
@@ -148,6 +148,25 @@ def test_tls_and_pull_secrets_replicate_by_glob_and_selector_byte_exact_and_rota
     assert base64.b64decode(read_secret(cluster, a, TLS).data["tls.key"]) == new_key  # type: ignore[union-attr]
     operator.wait_idle()
     assert operator.metric("configmirror_replica_writes_total", resource="secrets") == 3
+
+
+def test_a_pulled_secret_replicates_with_its_type_under_the_same_rbac(
+        cluster: Cluster, namespaces: Namespaces, start: Any) -> None:
+    src, team, other = namespaces(), namespaces(), namespaces()
+    cert, key = random.token_bytes(800), random.token_bytes(600)
+    cluster.core.create_namespaced_secret(src, tls_secret(TLS, {PULL_ALLOWED: team}, cert, key))
+    for ns in (team, other):
+        cluster.core.patch_namespace(ns, {"metadata": {"annotations": {
+            PULL: f"secret/{src}/{TLS}, secret/{src}/db-password"}}})
+    operator = start()  # deploy/'s Secrets component: no new permission for pulls
+    tls = wait_for(lambda: read_secret(cluster, team, TLS), what="the pulled TLS replica")
+    assert tls.type == "kubernetes.io/tls" and base64.b64decode(tls.data["tls.crt"]) == cert
+    operator.wait_idle()
+    assert read_secret(cluster, other, TLS) is None, "consent is for team only"
+    said = [e.message for e in cluster.core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.kind=Namespace,involvedObject.name={team}"
+    ).items if e.reason == "PullNotAllowed"]
+    assert len(said) == 1 and "db-password" in said[0] and "--secret-names" in said[0]
 
 
 def test_a_replica_whose_source_changed_type_is_recreated_with_the_new_type(

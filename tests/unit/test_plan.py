@@ -17,6 +17,7 @@ from configmirror.model import (
     RELEASED_FROM,
     REPLICA_LABEL,
     REPLICA_OF,
+    SECRET,
     CachedObject,
     Caches,
     Kind,
@@ -37,16 +38,22 @@ from configmirror.plan import (
     in_sync,
     nothing_admitted,
     plan_source,
+    pull_refusals,
+    unserved_pulls,
 )
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import (
     ON_DELETE,
+    PULL,
+    PULL_ALLOWED,
+    PULL_ALLOWED_MATCHING,
     REPLICATE_TO,
     REPLICATE_TO_MATCHING,
     SYNC,
     InvalidSpec,
     Scope,
     parse_patterns,
+    parse_pulls,
 )
 from configmirror.store import Store
 from configmirror_testing import objects
@@ -717,3 +724,105 @@ def test_a_lifecycle_value_that_does_not_parse_is_an_invalid_spec_that_changes_n
     p = plan(bad, ALL, [replica_of(good, "a")])
     assert p.actions == () and p.invalid is not None
     assert annotation in p.invalid and repr(value) in p.invalid
+
+
+# -- pull: a namespace asks, the source consents ---------------------------------------------
+
+
+def puller(name: str, pull: str, labels: dict[str, str] | None = None) -> Namespace:
+    return namespace_from_json({"metadata": {"name": name, "labels": labels or {},
+                                             "resourceVersion": "1", "uid": f"n-{name}",
+                                             "annotations": {PULL: pull}}})
+
+
+def test_pull_entries_parse_with_configmap_as_the_default_kind() -> None:
+    pulls = parse_pulls(" platform/shared-ca, secret/platform/registry-creds,configmap/a/b ,")
+    assert pulls.entries == {("ConfigMap", "platform/shared-ca"),
+                             ("Secret", "platform/registry-creds"), ("ConfigMap", "a/b")}
+    assert pulls.faults == ()
+
+
+@pytest.mark.parametrize("bad", ["shared-ca", "a/b/c/d", "pod/a/b", "A/b", "a/B_c", "/b", "a/"])
+def test_a_pull_entry_that_does_not_parse_is_a_fault_and_the_others_still_count(bad: str) -> None:
+    pulls = parse_pulls(f"ok/cfg, {bad}")
+    assert pulls.entries == {("ConfigMap", "ok/cfg")}
+    assert [entry for entry, _ in pulls.faults] == [bad]
+
+
+def test_a_pulled_source_that_allows_the_namespace_gets_a_replica_there() -> None:
+    src = source({PULL_ALLOWED: "team-*"})
+    p = plan(src, [puller("team-a", "src/cfg"), puller("other", "src/cfg"), ns("team-b")])
+    assert p.targets == ("team-a",), "pulled and allowed; pulled but not allowed; not pulling"
+    assert kinds(p) == [("create", "team-a")]
+    assert p.pullers == ("other", "team-a")
+
+
+def test_consent_by_label_selector_and_a_source_that_pushes_and_allows_pulls() -> None:
+    src = source({REPLICATE_TO: "a", PULL_ALLOWED_MATCHING: "tenant"})
+    spaces = [ns("a"), puller("t1", "src/cfg", {"tenant": "x"}), puller("t2", "src/cfg")]
+    assert plan(src, spaces).targets == ("a", "t1")
+
+
+def test_a_source_with_only_pull_allowed_is_a_source_that_pushes_nowhere() -> None:
+    src = source({PULL_ALLOWED: "*"})
+    assert src.compiled is not None and src.compiled.spec is not None
+    assert plan(src, ALL).targets == ()
+
+
+def test_withdrawn_consent_or_a_removed_entry_removes_the_replica_after_the_grace() -> None:
+    allowed = source({PULL_ALLOWED: "t"})
+    replica = replica_of(allowed, "t")
+    withdrawn = source({PULL_ALLOWED: "other"})
+    p = plan(withdrawn, [puller("t", "src/cfg")], [replica], grace=grace_seen(60, 0, {}))
+    assert [(a.kind, a.why, a.due_in) for a in p.actions] == [
+        ("delete", "namespace no longer targeted", 60)]
+    assert kinds(plan(allowed, [ns("t")], [replica])) == [("delete", "t")]
+
+
+def test_pull_refusals_name_the_entry_and_why() -> None:
+    allowed = source({PULL_ALLOWED: "*"}, name="ok")
+    closed = source({REPLICATE_TO: "x"}, name="closed")
+    broken = source({PULL_ALLOWED: "*", PULL_ALLOWED_MATCHING: "a in (b"}, name="broken")
+    plain_cm = plain("src", "plain")
+    home = ns("src")
+    w = world([allowed, closed, broken, plain_cm], [home])
+    pulling = puller("team", "src/ok, src/closed, src/broken, src/plain, src/missing, "
+                             "secret/src/tls, bad entry")
+    refused = {r.entry: r.reason for r in pull_refusals(pulling, w, SCOPE, ())}
+    assert set(refused) == {"src/closed", "src/broken", "src/plain", "src/missing"}
+    assert "does not allow namespace team to pull it" in refused["src/closed"]
+    assert "invalid spec" in refused["src/broken"]
+    assert PULL_ALLOWED_MATCHING in refused["src/broken"]
+    assert "is not a source" in refused["src/plain"]
+    assert refused["src/missing"] == "there is no ConfigMap src/missing"
+    unserved = {r.entry: r.reason for r in unserved_pulls(pulling, frozenset({"ConfigMap"}))}
+    assert set(unserved) == {"secret/src/tls", "bad entry"}
+    assert "replicates no Secrets" in unserved["secret/src/tls"]
+    message = pull_refusals(pulling, w, SCOPE, ())[0].message
+    assert message.startswith("configmirror.io/pull entry 'src/broken': ")
+
+
+def test_a_pulled_secret_must_be_one_of_the_listed_names() -> None:
+    tls = cached({"metadata": {"namespace": "src", "name": "tls", "uid": "u",
+                               "resourceVersion": "1", "annotations": {PULL_ALLOWED: "*"}},
+                  "type": "kubernetes.io/tls", "data": {"tls.crt": "eA==", "tls.key": "eQ=="}},
+                 SECRET)
+    w = world([tls], [ns("src")], SECRET)
+    pulling = puller("team", "secret/src/tls, secret/src/other")
+    refused = {r.entry: r.reason for r in pull_refusals(pulling, w, SCOPE, ("tls",))}
+    assert set(refused) == {"secret/src/other"}
+    assert "named in --secret-names (tls)" in refused["secret/src/other"]
+    assert plan_source("src/tls", w, w.get, SCOPE, nothing_admitted, AT_ONCE).targets == ()
+    w = world([tls], [ns("src"), pulling], SECRET)
+    assert plan_source("src/tls", w, w.get, SCOPE, nothing_admitted, AT_ONCE).targets == (
+        "team",)
+
+
+def test_a_namespace_that_never_receives_replicas_is_refused_even_with_consent() -> None:
+    src = source({PULL_ALLOWED: "*"})
+    w = world([src], [ns("src")])
+    for refused_ns in (puller("kube-system", "src/cfg"),
+                       puller("quiet", "src/cfg", {"configmirror.io/ignore": "true"}),
+                       puller("src", "src/cfg")):
+        (refusal,) = pull_refusals(refused_ns, w, SCOPE, ())
+        assert "never receives replicas" in refusal.reason

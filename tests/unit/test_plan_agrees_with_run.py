@@ -37,11 +37,29 @@ from configmirror.model import (
     namespace_from_json,
     object_indexers,
 )
-from configmirror.plan import REMOVALS, Grace, desired_body, nothing_admitted, plan_source
+from configmirror.plan import (
+    REMOVALS,
+    Grace,
+    desired_body,
+    nothing_admitted,
+    plan_source,
+    pull_refusals,
+    unserved_pulls,
+)
 from configmirror.reconcile import ReconcileError
 from configmirror.replicator import Expectations, Replicator
 from configmirror.routing import namespace_keys, object_keys
-from configmirror.spec import ON_DELETE, REPLICATE_TO, REPLICATE_TO_MATCHING, SYNC, Scope
+from configmirror.spec import (
+    ON_DELETE,
+    PULL,
+    PULL_ALLOWED,
+    PULL_ALLOWED_MATCHING,
+    REPLICATE_TO,
+    REPLICATE_TO_MATCHING,
+    SOURCE_ANNOTATIONS,
+    SYNC,
+    Scope,
+)
 from configmirror.store import Store
 from configmirror.workqueue import WorkQueue
 from tests.unit.test_plan import cached
@@ -54,6 +72,9 @@ TARGETING = ({}, {REPLICATE_TO: "*"}, {REPLICATE_TO: "a,b"}, {REPLICATE_TO: "*,!
              {REPLICATE_TO: "d", REPLICATE_TO_MATCHING: "env in (prod,dev)"},
              {REPLICATE_TO: "a,team-["},  # invalid: changes nothing
              {REPLICATE_TO_MATCHING: "env in (prod"})  # invalid
+CONSENTS = ({}, {}, {PULL_ALLOWED: "*"}, {PULL_ALLOWED: "a,b"}, {PULL_ALLOWED_MATCHING: "env=dev"})
+PULLS = ("", "", "home1/cfg", "home2/app, home1/cfg", "a/cfg, home9/cfg", "secret/home1/cfg",
+         "not an entry, home2/cfg")
 LIFECYCLES = ({}, {}, {ON_DELETE: "retain"}, {SYNC: "once"}, {ON_DELETE: "retain", SYNC: "once"},
               {ON_DELETE: "keep"})  # the last is invalid
 SCOPE = Scope.from_flags("*", "kube-*", "push!=no")
@@ -92,7 +113,10 @@ def worlds(draw: st.DrawFn) -> World:
                 labels["configmirror.io/ignore"] = "true"
             if draw(st.integers(0, 4)) == 0:
                 labels["push"] = "no"  # may hold no sources (SCOPE's selector)
-            meta: dict[str, Any] = {"name": name, "labels": labels, "resourceVersion": "1"}
+            meta: dict[str, Any] = {"name": name, "labels": labels, "resourceVersion": "1",
+                                    "uid": f"n-{name}"}
+            if pull := draw(st.sampled_from(PULLS)):
+                meta["annotations"] = {PULL: pull}
             raw: dict[str, Any] = {"metadata": meta}
             if not name.startswith("home") and draw(st.integers(0, 5)) == 0:
                 meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -105,7 +129,8 @@ def worlds(draw: st.DrawFn) -> World:
         for home in ("home1", "home2", "a"):
             if home not in namespaces or not draw(st.booleans()):
                 continue
-            targeting = {**draw(st.sampled_from(TARGETING)), **draw(st.sampled_from(LIFECYCLES))}
+            targeting = {**draw(st.sampled_from(TARGETING)), **draw(st.sampled_from(CONSENTS)),
+                         **draw(st.sampled_from(LIFECYCLES))}
             body = source_body(home, name, targeting,
                                draw(st.sampled_from(["x", "y"])), draw(st.sampled_from(TIMES)),
                                draw(st.integers(0, 5)) == 0)
@@ -129,8 +154,7 @@ def worlds(draw: st.DrawFn) -> World:
             if occupant == "none" or not owners:
                 continue
             owner = draw(st.sampled_from(owners))
-            if REPLICATE_TO not in owner["metadata"]["annotations"] and \
-                    REPLICATE_TO_MATCHING not in owner["metadata"]["annotations"]:
+            if not set(SOURCE_ANNOTATIONS) & set(owner["metadata"]["annotations"]):
                 continue  # never a source: it has no replicas
             state = draw(st.sampled_from(["in sync", "stale", "edited", "no hash"]))
             origin = copy.deepcopy(owner)
@@ -251,7 +275,7 @@ def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
     listed = [server.revision]  # the revision the caches were last listed at (the watermark)
     replicator = Replicator(server, caches, SCOPE, recorder,  # type: ignore[arg-type]
                             Expectations(lambda key: listed[0]), delete_grace=world.grace,
-                            clock=clock)
+                            clock=clock, unserved=frozenset({"ConfigMap"}))
     queue: WorkQueue[Key] = WorkQueue(clock=clock)
     # Start-up: the informers' first lists arrive as "added" events.
     for namespace in spaces.values():
@@ -319,9 +343,18 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
                  if r == "TargetConflict"}
     assert conflicts == {("TargetConflict", c.source, f"{c.namespace}/{c.name}")
                          for p in plans for c in p.conflicts}
-    problems = {(r, obj) for r, obj, _ in recorder.warnings if r != "TargetConflict"}
+    problems = {(r, obj) for r, obj, _ in recorder.warnings
+                if r not in ("TargetConflict", "PullNotAllowed")}
     assert problems == {("InvalidSpec", p.source) for p in plans if p.invalid} | {
         ("SourceNotAllowed", p.source) for p in plans if p.not_allowed}
+
+    # Every pull that gets nothing is said once, on its Namespace, with why.
+    caches, _, spaces = caches_of(world)
+    refused = [r for ns in spaces.values()
+               for r in [*pull_refusals(ns, caches, SCOPE, ()),
+                         *unserved_pulls(ns, frozenset({"ConfigMap"}))]]
+    said = [(obj, m) for r, obj, m in recorder.warnings if r == "PullNotAllowed"]
+    assert sorted(said) == sorted((f"/{r.namespace}", r.message) for r in refused)
 
     after = plan_all(World(world.namespaces, server.objects, world.grace))
     assert [(p.source, p.actions) for p in after if p.actions] == []

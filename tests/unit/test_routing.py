@@ -6,12 +6,21 @@ import copy
 from typing import Any
 
 from configmirror import routing
-from configmirror.model import CONFIGMAP, SECRET, CachedObject, Key, Kind, Namespace
+from configmirror.model import (
+    CONFIGMAP,
+    SECRET,
+    CachedObject,
+    Key,
+    Kind,
+    Namespace,
+    namespace_from_json,
+    pull_key,
+)
 from configmirror.model import source_key as any_source_key
 from configmirror.model import target_key as any_target_key
 from configmirror.plan import desired_body
 from configmirror.settings import DEFAULT_EXCLUDED
-from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING, Scope
+from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING, Scope
 from tests.unit.test_plan import cached, ns, plain, source
 
 SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
@@ -186,3 +195,36 @@ def test_a_new_namespace_wakes_the_sources_already_in_it_whatever_its_labels() -
 def test_a_source_in_a_namespace_that_may_not_push_wakes_no_target() -> None:
     refused = source({REPLICATE_TO: "*"}, namespace="nobody")
     assert namespace_keys(None, ns("x"), [refused], ns, SELECTOR) == set()
+
+
+# -- pulls ---------------------------------------------------------------------------------------
+
+
+def pulling(name: str, pull: str | None, labels: dict[str, str] | None = None) -> Namespace:
+    annotations = {PULL: pull} if pull is not None else {}
+    return namespace_from_json({"metadata": {"name": name, "labels": labels or {},
+                                             "resourceVersion": "2",
+                                             "annotations": annotations}})
+
+
+def test_a_pull_added_or_removed_wakes_exactly_the_target_it_adds_or_removes() -> None:
+    wanted = source({PULL_ALLOWED: "*"}, namespace="platform", name="shared-ca")
+    other = source({PULL_ALLOWED: "*"}, namespace="platform", name="other")
+    before, after = pulling("team", None), pulling("team", "platform/shared-ca")
+    keys = namespace_keys(before, after, [wanted, other], home, SCOPE)
+    assert keys == {target_key("team", "shared-ca"), pull_key(CONFIGMAP, "team")}
+    assert namespace_keys(after, before, [wanted, other], home, SCOPE) == keys
+
+
+def test_a_pull_without_consent_wakes_only_its_pull_key() -> None:
+    closed = source({REPLICATE_TO: "x"}, namespace="platform", name="shared-ca")
+    keys = namespace_keys(pulling("team", None), pulling("team", "platform/shared-ca"),
+                          [closed], home, SCOPE)
+    assert keys == {pull_key(CONFIGMAP, "team")}
+
+
+def test_a_namespace_that_pulls_nothing_and_keeps_its_labels_wakes_nothing() -> None:
+    src = source({PULL_ALLOWED: "*"}, namespace="platform", name="shared-ca")
+    same = pulling("team", "platform/shared-ca")
+    assert namespace_keys(same, pulling("team", "platform/shared-ca"), [src], home,
+                          SCOPE) == set()
