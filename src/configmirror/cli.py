@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
              "--secret-names")
         _add(p, "--drop-labels", d.drop_labels, "label keys never copied to a replica (globs, "
              "! excludes; replaces the default list, which holds the keys by which Argo CD, "
-             "Flux and Helm claim objects; '' drops nothing)")
+             "Flux, Helm and cert-manager claim objects; '' drops nothing)")
         _add(p, "--drop-annotations", d.drop_annotations, "annotation keys never copied to a "
              "replica (globs; replaces the default list, the same as --drop-labels's)")
         _add(p, "--delete-grace", format_duration(d.delete_grace), "how long every removal of "

@@ -22,6 +22,7 @@ from configmirror.kube import CONFIGMAPS, SECRETS, Resource
 from configmirror.settings import DEFAULT_DROP
 from configmirror.spec import (
     COPY_ANNOTATIONS,
+    COPY_KEYS,
     COPY_LABELS,
     NO_PULLS,
     ON_DELETE,
@@ -29,8 +30,10 @@ from configmirror.spec import (
     PULL,
     PULL_ALLOWED,
     PULL_ALLOWED_MATCHING,
+    REPLICA_TYPE,
     REPLICATE_TO,
     REPLICATE_TO_MATCHING,
+    SERVICE_ACCOUNT_TOKEN,
     SOURCE_ANNOTATIONS,
     SYNC,
     InvalidSpec,
@@ -43,6 +46,7 @@ from configmirror.spec import (
     parse_lifecycle,
     parse_pulls,
     parse_spec,
+    replica_secret_type,
 )
 from configmirror.store import Store
 
@@ -63,7 +67,6 @@ _ALL = "all"
 SOURCE = "source"
 TARGET = "target"
 PULL_ROLE = "pull"  # a namespace's pulls of one kind: reported when they get nothing
-SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
 
 
 @dataclass(frozen=True, eq=False)
@@ -208,6 +211,27 @@ def _kept(items: Mapping[str, str], copy: Patterns, drop: Patterns) -> dict[str,
     return {k: v for k, v in items.items() if copy.matches(k) and not drop.matches(k)}
 
 
+def _copied_payload(payload: dict[str, Any], keys: Patterns | None, replica_type: str | None,
+                    kind: Kind) -> dict[str, Any]:
+    """What a replica copies of a source's payload: the data keys `copy-keys` selects (all
+    when absent), and for a Secret its type, or its `replica-type`, checked against those
+    keys. Raises InvalidSpec."""
+    if keys is not None:
+        payload = {field: ({k: v for k, v in value.items() if keys.matches(k)}
+                           if field in ("data", "binaryData") else value)
+                   for field, value in payload.items()}
+    if kind is SECRET:
+        if payload["type"] == SERVICE_ACCOUNT_TOKEN:
+            raise InvalidSpec(f"a Secret of type {SERVICE_ACCOUNT_TOKEN} belongs to its "
+                              f"namespace's ServiceAccount and is never replicated")
+        payload = {**payload, "type": replica_secret_type(payload["type"], replica_type,
+                                                          payload["data"])}
+    elif replica_type is not None:
+        raise InvalidSpec(f"{REPLICA_TYPE}: only a Secret has a type (this is a "
+                          f"{kind.name})")
+    return payload
+
+
 def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str, str],
                    raw: Mapping[str, Any], rules: ReplicaRules, kind: Kind) -> Source:
     """Parse a source's spec and work out its replicas' content, once per version.
@@ -216,19 +240,18 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
     minus the operator's drop list, plus our own marks.
     """
     spec, invalid = None, None
+    payload = _payload(raw, kind)
     try:
         spec = parse_spec(annotations.get(REPLICATE_TO), annotations.get(REPLICATE_TO_MATCHING),
                           annotations.get(PULL_ALLOWED), annotations.get(PULL_ALLOWED_MATCHING))
-        copied = parse_copied(annotations.get(COPY_LABELS), annotations.get(COPY_ANNOTATIONS))
+        copied = parse_copied(annotations.get(COPY_LABELS), annotations.get(COPY_ANNOTATIONS),
+                              annotations.get(COPY_KEYS))
         lifecycle = parse_lifecycle(annotations.get(ON_DELETE), annotations.get(SYNC))
-        if kind is SECRET and raw.get("type") == SERVICE_ACCOUNT_TOKEN:
-            raise InvalidSpec(f"a Secret of type {SERVICE_ACCOUNT_TOKEN} belongs to its "
-                              f"namespace's ServiceAccount and is never replicated")
+        payload = _copied_payload(payload, copied.keys, annotations.get(REPLICA_TYPE), kind)
     except InvalidSpec as err:
         spec, invalid = None, str(err)
         copied = parse_copied(None, None)  # what the replicas would be does not matter
         lifecycle = Lifecycle(retain=False, once=False)
-    payload = _payload(raw, kind)
     wanted_labels = {**_kept(labels, copied.labels, rules.drop_labels), REPLICA_LABEL: "true",
                      MANAGED_BY: "configmirror"}
     wanted_annotations = {**_kept(annotations, copied.annotations, rules.drop_annotations),

@@ -11,7 +11,10 @@ DEFAULT_EXCLUDED = "kube-system,kube-public,kube-node-lease"
 DEFAULT_DROP = ",".join((
     "configmirror.io/*", "kubectl.kubernetes.io/*", "app.kubernetes.io/instance",
     "app.kubernetes.io/managed-by", "argocd.argoproj.io/*", "kustomize.toolkit.fluxcd.io/*",
-    "helm.toolkit.fluxcd.io/*", "meta.helm.sh/*", "helm.sh/*"))
+    "helm.toolkit.fluxcd.io/*", "meta.helm.sh/*", "helm.sh/*",
+    # cert-manager's marks on the Secrets it issues: copied, they make its controllers look
+    # for a Certificate in every target namespace (cert-manager/cert-manager#4210).
+    "cert-manager.io/*", "controller.cert-manager.io/*"))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,6 +33,8 @@ PULL = PREFIX + "pull"  # on a Namespace: the sources it asks for
 SOURCE_ANNOTATIONS = (REPLICATE_TO, REPLICATE_TO_MATCHING, PULL_ALLOWED, PULL_ALLOWED_MATCHING)
 COPY_LABELS = PREFIX + "copy-labels"
 COPY_ANNOTATIONS = PREFIX + "copy-annotations"
+COPY_KEYS = PREFIX + "copy-keys"
+REPLICA_TYPE = PREFIX + "replica-type"
 ON_DELETE = PREFIX + "on-delete"
 SYNC = PREFIX + "sync"
 IGNORE_LABEL = PREFIX + "ignore"
@@ -318,15 +320,59 @@ def parse_lifecycle(on_delete: str | None, sync: str | None) -> Lifecycle:
 
 @dataclass(frozen=True)
 class Copied:
-    """Which of a source's labels and annotations its replicas carry (default: all)."""
+    """Which of a source's labels, annotations and data keys its replicas carry (default:
+    all; `keys` None means every data key, with nothing to filter)."""
 
     labels: Patterns
     annotations: Patterns
+    keys: Patterns | None = None
 
 
-def parse_copied(copy_labels: str | None, copy_annotations: str | None) -> Copied:
+def parse_copied(copy_labels: str | None, copy_annotations: str | None,
+                 copy_keys: str | None = None) -> Copied:
     everything = Patterns((re.compile(".*", re.DOTALL),), ())
     return Copied(
         parse_key_patterns(copy_labels, COPY_LABELS) if copy_labels is not None else everything,
         parse_key_patterns(copy_annotations, COPY_ANNOTATIONS)
-        if copy_annotations is not None else everything)
+        if copy_annotations is not None else everything,
+        parse_key_patterns(copy_keys, COPY_KEYS) if copy_keys is not None else None)
+
+
+# The data keys the API server requires of a Secret of each type (kubernetes' ValidateSecret).
+SECRET_TYPE_KEYS = {
+    "kubernetes.io/tls": ("tls.crt", "tls.key"),
+    "kubernetes.io/dockerconfigjson": (".dockerconfigjson",),
+    "kubernetes.io/dockercfg": (".dockercfg",),
+    "kubernetes.io/ssh-auth": ("ssh-privatekey",),
+}
+BASIC_AUTH = "kubernetes.io/basic-auth"  # username, password or both
+SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"
+_SECRET_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,252}")
+
+
+def replica_secret_type(source_type: str, replica_type: str | None,
+                        keys: Iterable[str]) -> str:
+    """The type a Secret's replicas get (its `replica-type`, else its own), checked against
+    the data keys they carry as the API server checks them; raises InvalidSpec naming the
+    missing key and the fix."""
+    if replica_type is not None:
+        replica_type = replica_type.strip()
+        if not _SECRET_TYPE.fullmatch(replica_type):
+            raise InvalidSpec(f"{REPLICA_TYPE}: {replica_type!r} is not a Secret type")
+        if replica_type == SERVICE_ACCOUNT_TOKEN:
+            raise InvalidSpec(f"{REPLICA_TYPE}: a {SERVICE_ACCOUNT_TOKEN} belongs to its "
+                              f"namespace's ServiceAccount; replicas cannot be one")
+    kind = replica_type or source_type
+    present = set(keys)
+    missing = [k for k in SECRET_TYPE_KEYS.get(kind, ()) if k not in present]
+    if kind == BASIC_AUTH and not present & {"username", "password"}:
+        missing = ["username or password"]
+    if not missing:
+        return kind
+    needs = f"a Secret of type {kind} needs {', '.join(missing)}"
+    if replica_type is not None:
+        raise InvalidSpec(f"{REPLICA_TYPE}: {needs}, which the replicas would not carry "
+                          f"(see {COPY_KEYS})")
+    them = "it" if len(missing) == 1 else "them"
+    raise InvalidSpec(f"{COPY_KEYS}: {needs}, which it leaves out; copy {them}, or give the "
+                      f"replicas another type with {REPLICA_TYPE}: Opaque")
