@@ -413,6 +413,24 @@ def test_secrets_rbac_grants_exactly_the_listed_names(
     assert done.stdout.strip() == ("yes" if allowed else "no"), done.stdout + done.stderr
 
 
+def test_the_charts_admission_policy_refuses_its_service_account_another_secret_name(
+        cluster: Cluster, secrets_rbac: Path) -> None:
+    core = client.CoreV1Api(config.new_client_from_config(str(secrets_rbac)))
+
+    def create(name: str) -> int:
+        try:
+            core.create_namespaced_secret("default", {
+                "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}},
+                dry_run="All")  # admission runs; nothing is written
+        except client.ApiException as err:
+            return int(err.status)
+        return 201
+
+    wait_for(lambda: create("db-password") == 403, timeout=30,
+             what="the chart's admission policy to be in force")
+    assert [create(name) for name in SECRET_NAMES] == [201] * len(SECRET_NAMES)
+
+
 def test_secrets_rbac_lets_a_list_by_name_through_and_no_other(
         cluster: Cluster, secrets_rbac: Path) -> None:
     """A list by metadata.name (how a client watches only named Secrets) passes for a listed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import secrets as random
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, config
 
 from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.wait import wait_for
@@ -32,15 +33,22 @@ TLS, REGISTRY = "wildcard-tls", "registry-credentials"
 USER = "system:serviceaccount:configmirror:configmirror"
 
 
-def component_names() -> tuple[list[str], list[str]]:
-    """The names in the component's flag, and in its RBAC's resourceNames."""
+def component_names() -> tuple[list[str], list[str], list[str]]:
+    """The names in the component's flag, in its RBAC's resourceNames, and in its admission
+    policy's expression."""
     patch = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())["patches"][0]
     flag = next(op["value"] for op in yaml.safe_load(patch["patch"])
                 if op["value"].startswith("--secret-names="))
     rules = next(d for d in yaml.safe_load_all((COMPONENT / "rbac.yaml").read_text())
                  if d["kind"] == "ClusterRole")["rules"]
-    return flag.split("=", 1)[1].split(","), next(r["resourceNames"] for r in rules
-                                                   if "resourceNames" in r)
+    policy = next(d for d in yaml.safe_load_all((COMPONENT / "admission.yaml").read_text())
+                  if d["kind"] == "ValidatingAdmissionPolicy")
+    (expression,) = [v["expression"] for v in policy["spec"]["validations"]]
+    listed = re.fullmatch(r"request\.name in (\[.*\])", expression)
+    assert listed is not None, expression
+    return (flag.split("=", 1)[1].split(","),
+            next(r["resourceNames"] for r in rules if "resourceNames" in r),
+            json.loads(listed.group(1)))
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +67,8 @@ def secrets_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactor
     try:
         yield cluster.token_kubeconfig("configmirror", "configmirror", folder / "kubeconfig")
     finally:  # deploy/'s own objects stay: test_deploy shares them
-        plane.kubectl("delete", "--ignore-not-found", "-f", str(COMPONENT / "rbac.yaml"))
+        for part in ("rbac.yaml", "admission.yaml"):
+            plane.kubectl("delete", "--ignore-not-found", "-f", str(COMPONENT / part))
 
 
 @pytest.fixture
@@ -93,8 +102,34 @@ def read_secret(cluster: Cluster, namespace: str, name: str) -> client.V1Secret 
 
 
 def test_the_component_grants_exactly_the_names_it_turns_on() -> None:
-    flag, rbac = component_names()
-    assert flag == rbac == [TLS, REGISTRY]
+    flag, rbac, admitted = component_names()
+    assert flag == rbac == admitted == [TLS, REGISTRY]
+
+
+def test_the_admission_policy_refuses_the_service_account_a_secret_of_another_name(
+        cluster: Cluster, namespaces: Namespaces, secrets_kubeconfig: Path) -> None:
+    ns = namespaces()
+    core = client.CoreV1Api(config.new_client_from_config(str(secrets_kubeconfig)))
+
+    def create(name: str, dry_run: bool = False) -> int:
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+                "data": {"k": b64(b"v")}}
+        try:
+            core.create_namespaced_secret(ns, body, dry_run="All" if dry_run else None)
+        except client.ApiException as err:
+            return int(err.status)
+        return 201
+
+    # RBAC lets the create through (it cannot check a name); the policy, once the API server
+    # has loaded it, does not. A dry run asks admission without writing anything.
+    wait_for(lambda: create("db-password", dry_run=True) == 403, timeout=30,
+             what="the admission policy to be in force")
+    assert create("db-password") == 403
+    assert cluster.core.list_namespaced_secret(ns).items == []
+    assert create(TLS) == 201 and create(REGISTRY) == 201, "the listed names pass"
+    # Anyone else is untouched by it.
+    cluster.core.create_namespaced_secret(ns, {"apiVersion": "v1", "kind": "Secret",
+                                               "metadata": {"name": "db-password"}})
 
 
 @pytest.mark.parametrize(("verb", "resource", "scope", "allowed"), [
