@@ -3,6 +3,7 @@ recorder writes, aggregates, retries and drops them off the workers' threads."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -96,15 +97,15 @@ class EventServer:
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, str, dict[str, Any]]] = []
-        self.failures: list[ApiError] = []
+        self.failures: list[ApiError | None] = []  # None: that request succeeds
         self._lock = threading.Lock()
 
     def request(self, verb: str, path: str, query: Any = None, body: Any = None,
                 **_options: Any) -> dict[str, Any]:
         with self._lock:
             self.requests.append((verb, path, body))
-            if self.failures:
-                raise self.failures.pop(0)
+            if self.failures and (failure := self.failures.pop(0)) is not None:
+                raise failure
         return {}
 
     def written(self) -> list[tuple[str, str, dict[str, Any]]]:
@@ -372,3 +373,83 @@ def test_stop_before_start_does_nothing() -> None:
     events.warning(A, "Never", "1")  # a standby that never led: its recorder never started
     events.stop(timeout=5)
     assert events.pending() == 1
+
+
+def remembering(max_remembered: int) -> tuple[EventRecorder, EventServer]:
+    server = EventServer()
+    events = EventRecorder(server, max_remembered=max_remembered,  # type: ignore[arg-type]
+                           clock=FakeClock())
+    return events, server
+
+
+def write_all(events: EventRecorder, *warnings: tuple[ObjectRef, str]) -> None:
+    events.start()
+    for ref, reason in warnings:
+        events.warning(ref, reason, "m")
+    events.stop(timeout=5)
+
+
+def test_the_recorder_remembers_the_most_recently_used_events_up_to_its_limit() -> None:
+    c = ObjectRef("ConfigMap", "src", "c", "uid-c", "1")
+    events, server = remembering(2)
+    # A and B are written; A is repeated (used last), then C evicts the least recent: B.
+    write_all(events, (A, "R"), (B, "R"), (A, "R"), (c, "R"), (A, "R"), (B, "R"))
+    assert [(verb, body["involvedObject"]["name"] if verb == "create" else body["count"])
+            for verb, _, body in server.written()] == [
+        ("create", "a"), ("create", "b"), ("patch", 2), ("create", "c"),
+        ("patch", 3),      # A was kept: the most recently used
+        ("create", "b")]   # forgotten: written anew
+
+
+def test_a_repeat_whose_patch_meets_an_unavailable_server_is_patched_again_not_recreated(
+        ) -> None:
+    events, server = remembering(10)
+    server.failures += [None, unavailable()]
+    clock = events._clock
+    events.start()
+    try:
+        events.warning(A, "R", "m")
+        events.warning(A, "R", "m")
+        wait_for(lambda: len(server.written()) == 2 and isinstance(clock, FakeClock)
+                 and clock.waiters() == 1, what="the patch to wait for the server")
+        assert isinstance(clock, FakeClock)
+        clock.step(RETRY_MIN)
+        wait_for(lambda: events.pending() == 0, what="the patch written")
+    finally:
+        events.stop(timeout=5)
+    assert [verb for verb, _, _ in server.written()] == ["create", "patch", "patch"]
+
+
+def test_an_event_is_named_after_its_object_and_16_hex_digits() -> None:
+    events, server = remembering(10)
+    write_all(events, (A, "R"))
+    assert re.fullmatch(r"a\.[0-9a-f]{16}", server.written()[0][2]["metadata"]["name"])
+
+
+@pytest.mark.parametrize("repeat", [False, True], ids=["create", "patch"])
+def test_a_failure_after_a_success_is_logged_again(
+        caplog: pytest.LogCaptureFixture, repeat: bool) -> None:
+    events, server = remembering(10)
+    clock = events._clock
+    assert isinstance(clock, FakeClock)
+    server.failures += [unavailable()]
+    events.start()
+    try:
+        events.warning(A, "R", "m")
+        wait_for(lambda: clock.waiters() == 1, what="the first failure")
+        clock.step(RETRY_MIN)
+        wait_for(lambda: events.pending() == 0, what="the Event written")
+        if repeat:
+            events.warning(A, "R", "m")  # written by a patch this time
+            wait_for(lambda: events.pending() == 0 and len(server.written()) == 3,
+                     what="the patch")
+        server.failures += [unavailable()]
+        events.warning(B, "R", "m")
+        wait_for(lambda: clock.waiters() == 1, what="the second failure")
+        clock.step(RETRY_MIN)
+        wait_for(lambda: events.pending() == 0, what="the second Event written")
+    finally:
+        events.stop(timeout=5)
+    warned = [r for r in caplog.records if "cannot record Event" in r.getMessage()
+              and r.levelname == "WARNING"]
+    assert len(warned) == 2, "each run of failures after a success is said once"

@@ -826,3 +826,9 @@ def test_a_namespace_that_never_receives_replicas_is_refused_even_with_consent()
                        puller("src", "src/cfg")):
         (refusal,) = pull_refusals(refused_ns, w, SCOPE, ())
         assert "never receives replicas" in refusal.reason
+
+
+def test_a_plan_shows_content_only_for_a_source_it_acts_on() -> None:
+    scope = Scope.from_flags("*", DEFAULT_EXCLUDED, "configmirror.io/source=true")
+    assert plan(source({REPLICATE_TO: "a"}), ALL, scope=scope).content is None
+    assert plan(source({REPLICATE_TO: "a"}), ALL).content is not None
