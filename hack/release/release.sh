@@ -86,12 +86,13 @@ crane=$(tool crane)
 syft=$(tool syft)
 helm=$(hack/helm/build.sh | tail -n 1)/helm
 [ "$signed" = 0 ] || cosign=$(tool cosign)
+# kubectl for `kubectl kustomize`: KUBECTL, else the suite's pinned one (hack/controlplane), else PATH's.
 if [ -n "${KUBECTL:-}" ]; then kubectl=$KUBECTL
-elif command -v kubectl >/dev/null; then kubectl=kubectl
 elif [ -x "${CONFIGMIRROR_CONTROLPLANE_ASSETS:-}/kubectl" ]; then
   kubectl=$CONFIGMIRROR_CONTROLPLANE_ASSETS/kubectl
 elif assets=$(CONFIGMIRROR_FIND_ONLY=1 hack/controlplane/build.sh 2>/dev/null | tail -n 1); then
   kubectl=$assets/kubectl
+elif command -v kubectl >/dev/null; then kubectl=kubectl
 else die "kubectl is needed for install.yaml (kubectl kustomize): put it on PATH or set KUBECTL"
 fi
 
