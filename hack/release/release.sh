@@ -106,9 +106,11 @@ export SYFT_CHECK_FOR_APP_UPDATE=false
 sign_flags=() verify_flags=()
 if [ -n "${COSIGN_KEY:-}" ]; then
   # Fails here, before any build, on a wrong password or a file that is not a key.
-  pub=$(COSIGN_PASSWORD=${COSIGN_PASSWORD-} "$cosign" public-key --key "$COSIGN_KEY" 2>&1) \
+  errors=$(mktemp)
+  pub=$(COSIGN_PASSWORD=${COSIGN_PASSWORD-} "$cosign" public-key --key "$COSIGN_KEY" 2>"$errors") \
     || die "COSIGN_KEY=$COSIGN_KEY: cosign cannot read it (a cosign private key, and" \
-      "COSIGN_PASSWORD its password?): $pub"
+      "COSIGN_PASSWORD its password?): $(cat "$errors")"
+  rm -f "$errors"
   # Offline: no transparency log, and no signing config (which fetches Sigstore's trusted root
   # through TUF, out of reach here). cosign 3 calls both flags deprecated; they are pinned.
   sign_flags=(--key "$COSIGN_KEY" --use-signing-config=false --tlog-upload=false)
@@ -119,12 +121,18 @@ elif [ "$signed" = 1 ]; then
 fi
 
 work=$repo/build/release
-rm -rf "$work" "$dist"
+rm -rf "$work"
 mkdir -p "$work" "$dist"
+# Only what a release writes there goes: DIST may be a folder that holds other things.
+rm -f "$dist/install.yaml" "$dist"/sbom-linux-*.cdx.json "$dist"/configmirror-*.tgz "$dist/checksums.txt"
 [ -z "${COSIGN_KEY:-}" ] || printf '%s\n' "$pub" >"$work/cosign.pub"
-list=configmirror-release-$$
-cleanup() { buildah manifest rm "$list" >/dev/null 2>&1 || true; }
+list=configmirror-release-$$ probe=
+cleanup() {
+  [ -z "$probe" ] || buildah rm "$probe" >/dev/null 2>&1 || true
+  buildah manifest rm "$list" >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
+trap 'exit 143' TERM INT  # so that the EXIT trap runs
 
 # -- 1. one image per platform, into one index ------------------------------------------------
 official=$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile)
@@ -161,7 +169,7 @@ for platform in ${platforms//,/ }; do
     [ -L "$root/$link" ] || [ -f "$root/$link" ] || continue
     interpreter=$(basename "$(readlink "$root/$link" || echo "$link")"); break
   done
-  buildah umount "$probe" >/dev/null; buildah rm "$probe" >/dev/null
+  buildah umount "$probe" >/dev/null; buildah rm "$probe" >/dev/null; probe=
   [[ "$interpreter" =~ ^python(3\.[0-9]+)$ ]] || die "the base ${base:0:12} has no python3.X on /usr/(local/)bin"
   pyver=${BASH_REMATCH[1]}
   machine=$([ "$arch" = arm64 ] && echo aarch64 || echo x86_64)
@@ -202,17 +210,27 @@ log "SBOMs: $(cd "$dist" && echo sbom-*.json)"
 # -- 3. the chart, its default image this release's ---------------------------------------------
 mkdir -p "$work/chart"
 cp -r charts/configmirror "$work/chart/"
-values=$work/chart/configmirror/values.yaml
-python3 - "$values" "$image" <<'PY'
+# values.yaml and the chart's README say what the tree's chart says of its image: no registry
+# publishes it. The released chart's is this release's.
+python3 - "$work/chart/configmirror" "$image" <<'PY'
 import sys
 from pathlib import Path
-path, image = Path(sys.argv[1]), sys.argv[2]
-text = path.read_text()
+chart, image = Path(sys.argv[1]), sys.argv[2]
+values = chart / "values.yaml"
+text = values.read_text()
 old = text[text.index("image:\n"):text.index("  repository: configmirror\n")]
 new = ("image:\n  # This release's image (an OCI index: linux/amd64, linux/arm64). The tag defaults to\n"
        "  # the chart's appVersion; verify its signature with cosign verify (README, Install).\n")
 text = text.replace(old, new, 1).replace("  repository: configmirror\n", f"  repository: {image}\n", 1)
-path.write_text(text)
+values.write_text(text)
+readme = chart / "README.md"
+text = readme.read_text()
+start = text.index("No registry publishes the image:")
+end = text.index("\n\n", start)
+readme.write_text(text[:start] + (
+    f"Its default image is `{image}` at the chart's appVersion, the release it was published\n"
+    "with: an OCI index for linux/amd64 and linux/arm64, signed with cosign (the repository's\n"
+    "README, Install, says how to verify it).") + text[end:])
 PY
 "$helm" package "$work/chart/configmirror" --version "$version" --app-version "$version" \
   --destination "$dist" >/dev/null

@@ -242,6 +242,10 @@ def test_helm_pull_oci_gets_the_chart_whose_default_image_is_the_release(
     assert values["image"]["repository"] == release.image
     rendered = helm("template", "configmirror", str(tgz), "--namespace", "configmirror").stdout
     assert image_reference(rendered) == f"{release.image}:{release.version}"
+    with tarfile.open(tgz) as tar:
+        readme = tar.extractfile("configmirror/README.md").read().decode()  # type: ignore[union-attr]
+    assert f"Its default image is `{release.image}`" in readme
+    assert "No registry publishes" not in readme
     # Apart from its default image, the chart is charts/configmirror as it is in the tree.
     with tarfile.open(tgz) as tar:
         templates = {m.name.split("/", 1)[1]: tar.extractfile(m).read()  # type: ignore[union-attr]
