@@ -43,6 +43,22 @@ node: ## build (once) or find the node cluster's binaries too (kubelet, schedule
 helm: ## build (once) or find helm for the chart tests; prints its folder last
 	@hack/helm/build.sh
 
+.PHONY: cosign
+cosign: ## build (once) or find cosign (signs the release); prints its path last
+	@hack/tools/build.sh cosign
+
+.PHONY: crane
+crane: ## build (once) or find crane (reads a registry back); prints its path last
+	@hack/tools/build.sh crane
+
+.PHONY: syft
+syft: ## build (once) or find syft (the release's SBOMs); prints its path last
+	@hack/tools/build.sh syft
+
+.PHONY: actionlint
+actionlint: ## build (once) or find actionlint (checks .github/workflows/); prints its path last
+	@hack/tools/build.sh actionlint
+
 .PHONY: test
 # The real-node tier (`-m node`) is `make cluster-test`, a separate step of .ci/run: with it,
 # a fresh machine's `make test` would take 40-50 minutes (the node's Go build alone is 12-25).
@@ -89,10 +105,13 @@ mutate: $(STAMP) ## mutation check of the queue, controller, planner (MUTATE_ARG
 	$(PY) hack/mutate.py $(MUTATE_ARGS)
 
 .PHONY: lint
-lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile)
+lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile) + actionlint (.github/workflows/)
 	$(VENV)/bin/ruff check src testing tests bench hack
 	$(VENV)/bin/mypy --strict src testing
 	$(VENV)/bin/hadolint Dockerfile
+	@# With shellcheck on PATH (.ci/run installs it), actionlint checks every run: script too.
+	@set -o pipefail; actionlint=$$(hack/tools/build.sh actionlint | tail -n 1) && \
+	  echo "$$actionlint .github/workflows/*.yml" && $$actionlint .github/workflows/*.yml
 
 # Each benchmark starts its own control plane and prints ratios against baselines measured in
 # the same run: the Go client-go writer (bench/gowriter, built once into the cache beside the
@@ -128,6 +147,13 @@ run: $(STAMP) ## run the operator on the current kubeconfig context (Ctrl-C stop
 .PHONY: image
 image: $(STAMP) ## build the image $(IMAGE) (on python:3.11-slim; on a Debian-built base if that cannot be pulled)
 	hack/image.sh $(IMAGE)
+
+# `make release REGISTRY=ghcr.io/you VERSION=0.1.0`: REGISTRY is yours (no default: we publish
+# nowhere); VERSION must be configmirror's own. COSIGN_KEY (+ COSIGN_PASSWORD) signs, else
+# UNSIGNED=1 is needed. hack/release/release.sh says the rest.
+.PHONY: release
+release: $(STAMP) ## multi-arch image index, signed; the chart as OCI; dist/ (REGISTRY=... VERSION=...)
+	@REGISTRY='$(REGISTRY)' VERSION='$(VERSION)' PYTHON=$(PY) hack/release/release.sh
 
 .PHONY: deploy
 deploy: ## kubectl apply -k deploy/ (RBAC, Deployment, PDB, metrics Service)

@@ -6,12 +6,11 @@
 # The base is the Dockerfile's default (the official python image) when it can be pulled,
 # else a local base built from Debian's packages (hack/base-image.sh). BASE_IMAGE=... forces
 # one. The wheels (configmirror's own, and its dependencies for the base's Python and CPU)
-# are built or downloaded here, with this host's pip and its trust store, so the build in
-# Docker is offline: it needs no registry access and no CA bundle, and bakes in neither.
+# are built or downloaded here by hack/wheels.sh, so the build in Docker is offline: it needs
+# no registry access and no CA bundle, and bakes in neither.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 image=${1:?usage: hack/image.sh IMAGE}
-python=${PYTHON:-.venv/bin/python}
 official=$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile)
 wheels=build/image/wheels
 
@@ -29,16 +28,5 @@ fi
 read -r pyver arch < <(docker run --rm --network none --entrypoint python3 "$base" -c \
   'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}", platform.machine())')
 echo "image: $image on $base (Python $pyver, $arch)" >&2
-# configmirror's wheel in app/, its dependencies in deps/ (the Dockerfile installs them in
-# two layers). SOURCE_DATE_EPOCH fixes the wheel's zip times: same source, same bytes, so
-# Docker's cache reuses the install instead of piling up a new layer per build.
-rm -rf "$wheels"
-mkdir -p "$wheels/app" "$wheels/deps"
-SOURCE_DATE_EPOCH=315532800 "$python" -m pip wheel --quiet --disable-pip-version-check \
-  --no-deps --wheel-dir "$wheels/app" .
-"$python" -m pip download --quiet --disable-pip-version-check --dest "$wheels/deps" \
-  --only-binary=:all: --implementation cp --python-version "$pyver" \
-  --platform "manylinux2014_$arch" --platform "manylinux_2_28_$arch" \
-  "$wheels"/app/configmirror-*.whl
-rm "$wheels"/deps/configmirror-*.whl
+hack/wheels.sh "$wheels" "$pyver" "$arch"
 docker build --build-arg BASE_IMAGE="$base" --tag "$image" .

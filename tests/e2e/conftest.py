@@ -9,6 +9,7 @@ unless a test passes its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -20,11 +21,20 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from configmirror import __version__
 from configmirror_testing.helm import Helm, find_helm
 from configmirror_testing.node import NodeCluster
 from configmirror_testing.objects import configmap
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.pod import build_image, remove_image
+from configmirror_testing.registry import Registry, registry_missing
+from configmirror_testing.release import (
+    Release,
+    find_tool,
+    generate_key_pair,
+    publish,
+    release_missing,
+)
 from configmirror_testing.wait import wait_for
 from tests.conftest import REPO, Cluster, require_docker, require_node, unique_name
 
@@ -255,3 +265,74 @@ def run_test_module(module: Path, env: dict[str, str], timeout: float = 1200) ->
     for bad in ("failed", "error", "skipped"):
         assert bad not in summary, tail
     return summary
+
+
+# -- the release (make release) and a registry to publish it to ----------------------------------
+
+RELEASE_PATH = "e2e"           # REGISTRY=127.0.0.1:<port>/e2e
+COSIGN_PASSWORD = "e2e-password"
+
+
+def require(reason: str | None) -> None:
+    """Skip the test for `reason`; in CI, fail it."""
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def cosign() -> Path:
+    """cosign as `make cosign` builds it (built here in CI)."""
+    found = find_tool("cosign", build=os.environ.get("CI") == "true")
+    require(None if found else "no cosign: run `make cosign` (needs Go)")
+    assert found is not None
+    return found
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """Debian's docker-registry on 127.0.0.1, plain HTTP, for the session."""
+    require(registry_missing())
+    with Registry(tmp_path_factory.mktemp("registry")) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def release(registry: Registry, cosign: Path, tmp_path_factory: pytest.TempPathFactory
+            ) -> Release:
+    """`make release REGISTRY=<registry>/e2e VERSION=<configmirror's>`, signed with a key pair
+    made for the session; dist/ in a temp folder."""
+    require(release_missing())
+    folder = tmp_path_factory.mktemp("release")
+    key, _ = generate_key_pair(cosign, folder / "keys", COSIGN_PASSWORD)
+    log = folder / "make-release.log"
+    try:
+        return publish(registry, RELEASE_PATH, __version__, folder / "dist", log,
+                       key=key, password=COSIGN_PASSWORD)
+    finally:
+        print(f"make release log: {log}")
+
+
+@contextlib.contextmanager
+def cluster_pulling_from(registry: str, logs: Path) -> Iterator[Cluster]:
+    """A cluster whose nodes pull images from the registry `registry` (HOST:PORT, as image
+    references name it, plain HTTP) and hold no image of ours beforehand.
+
+    The one thing the release's node tests ask of the node tier. Today that is
+    configmirror_testing.node: its containerd runs on this machine, so it reaches a registry
+    on 127.0.0.1 as is, and containerd's CRI speaks plain HTTP to a loopback registry. A
+    cluster whose nodes are elsewhere (kind's node containers) needs that address to lead
+    there: a hosts.toml for `registry` in containerd's config_path naming an endpoint the node
+    reaches (http://<the registry's address on the node's network>).
+    """
+    host = registry.rsplit(":", 1)[0]
+    assert host in ("127.0.0.1", "localhost"), f"this node reaches loopback registries: {registry}"
+    node = NodeCluster(require_node(), logs_to=logs)
+    node.start()
+    try:
+        yield Cluster(node.kubeconfig, node.control_plane, node)
+    finally:
+        node.stop()
+        print(f"node cluster logs: {logs}")
