@@ -1,6 +1,6 @@
 """End-to-end fixtures: operators started (and stopped) for one test, small readers, and what
-several modules share: the image built from this tree, helm, the node cluster, and a test
-module run in a pytest of its own.
+several modules share: the image built from this tree, helm, the kind cluster of the node
+tier, and a test module run in a pytest of its own.
 
 The operator process itself is `configmirror_testing.operator.OperatorProcess`, the one
 launcher the tests, the benchmarks and `make demo` share. Operators run with default flags
@@ -21,12 +21,12 @@ import pytest
 from kubernetes import client
 
 from configmirror_testing.helm import Helm, find_helm
-from configmirror_testing.node import NodeCluster
+from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
 from configmirror_testing.objects import configmap
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.pod import build_image, remove_image
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, require_docker, require_node, unique_name
+from tests.conftest import REPO, Cluster, require_docker, require_kind, unique_name
 
 __all__ = ["IN_CLUSTER", "Operator", "Operators", "configmap", "events", "read", "requests_into",
            "restart_writes_nothing", "restricted_operator_identity", "run_test_module",
@@ -217,21 +217,28 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     return Helm(binary, tmp_path_factory.mktemp("helm-home"))
 
 
-@pytest.fixture(scope="module")
+NODE_TIER = "configmirror-node"  # the node tier's kind clusters: configmirror-node-<pid>-<hex>
+
+
+@pytest.fixture(scope="session")
 def node_cluster(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A real single-node cluster (configmirror_testing.node) holding the image, for one
-    module (one node cluster per machine: a module may also start its own); its components'
-    and pods' logs are kept in the session's temp folder."""
-    assets = require_node()
-    logs = tmp_path_factory.mktemp("node-logs")
-    node = NodeCluster(assets, logs_to=logs)
-    node.start()
+    """A kind cluster (configmirror_testing.kind) of the node image, holding the image under
+    test, shared by the node tier's modules; its nodes' logs are kept in the session's temp
+    folder. Clusters a killed run left behind go first."""
+    tools = require_kind()
+    folder = tmp_path_factory.mktemp("kind")
+    kind = KindCluster(tools.kind, owned_name(NODE_TIER), tools.node_image, tools.kubectl,
+                       folder, logs_to=folder / "logs")
+    for orphan in remove_orphans(tools.kind, NODE_TIER, kind.env):
+        print(f"removed kind cluster {orphan}: its owner process is gone")
+    kind.start()
     try:
-        node.load_docker_image(image)
-        yield Cluster(node.kubeconfig, node.control_plane, node)
+        kind.load_docker_image(image)
+        yield Cluster(kind.kubeconfig, None, kind)
     finally:
-        node.stop()
-        print(f"node cluster logs: {logs}")
+        kind.stop()
+        print(f"kind cluster {kind.name} ({tools.node_image}, {kind.provider}) logs: "
+              f"{folder / 'logs'}")
 
 
 def run_test_module(module: Path, env: dict[str, str], timeout: float = 1200) -> str:
