@@ -107,8 +107,10 @@ def provider_env(provider: str, image: str | None, folder: Path) -> dict[str, st
     conf.write_text("[containers]\n"
                     f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n')
     env["CONTAINERS_CONF"] = str(conf)
-    if image and subprocess.run(["podman", "image", "exists", image], timeout=TIMEOUT,
-                                check=False).returncode != 0:
+    docker_id = _image_id("docker", image)
+    if image and docker_id and _image_id("podman", node_image_ref("podman", image)) != docker_id:
+        # Only Docker has it, or Podman has an older build of the same name: copy it over
+        # (the ID is the digest of the image's config, the same in both stores).
         with subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE) as save:
             loaded = subprocess.run(["podman", "load", "--quiet"], stdin=save.stdout,
                                     capture_output=True, text=True, timeout=1800, check=False)
@@ -296,6 +298,15 @@ class KindCluster:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-30:])
             raise KindError(f"kind {' '.join(args)} failed ({done.returncode}):\n{tail}")
         return done
+
+
+def _image_id(engine: str, image: str | None) -> str | None:
+    """The image's ID (its config's digest, without `sha256:`) in `engine`'s store, or None."""
+    if not image:
+        return None
+    done = subprocess.run([engine, "image", "inspect", "--format", "{{.Id}}", image],
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    return done.stdout.strip().removeprefix("sha256:") or None if done.returncode == 0 else None
 
 
 def _run(cmd: list[str], input: str | None = None,
