@@ -46,8 +46,9 @@ quietly() {  # run a command; show what it printed only when it fails
 took() { echo "$((SECONDS - $1)) s"; }
 
 image="configmirror-kind-node:v$KUBERNETES_VERSION"
-key=$(cat "$repo/hack/controlplane/versions.env" "$here/versions.env" "$0" \
-        "$here"/node/* | sha256sum | cut -c1-16)
+# The pinned versions (not their comments), this script and the node's own files.
+key=$( (grep -hv '^#' "$repo/hack/controlplane/versions.env" "$here/versions.env"
+        cat "$0" "$here"/node/*) | sha256sum | cut -c1-16)
 cache_root=${CONFIGMIRROR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/configmirror}
 cache="$cache_root/kind"
 tarball="$cache/node-image-$key.tar"

@@ -77,11 +77,13 @@ def test_our_node_image_runs_our_kubernetes_build_and_pulled_no_image(
     assert not pulling, [e.message for e in pulling]
 
 
-def test_a_pod_pulls_its_image_from_a_plain_http_registry_on_this_machine(
+def test_pods_pull_their_images_from_a_plain_http_registry_on_this_machine(
         cluster: Cluster, kind: KindCluster, image: str, namespace: str,
         tmp_path: Path) -> None:
     """The way a test (issue 29's) gives the node a registry: one on this machine, reached at
-    the kind network's gateway, over plain HTTP (use_registry writes the node's hosts.toml)."""
+    the kind network's gateway, over plain HTTP (use_registry writes the node's hosts.toml).
+    Named by the gateway's address, or by 127.0.0.1 (what a release pushed there names) with
+    the gateway as the node's mirror for it."""
     registry = shutil.which("docker-registry")
     if registry is None:
         message = "no docker-registry (apt-get install docker-registry)"
@@ -105,19 +107,22 @@ def test_a_pod_pulls_its_image_from_a_plain_http_registry_on_this_machine(
         docker("push", pushed)
         address = f"{kind.host_address}:{port}"
         kind.use_registry(address)
-        pod = client.V1Pod(
-            metadata=client.V1ObjectMeta(name="from-registry"),
-            spec=client.V1PodSpec(restart_policy="Never", containers=[client.V1Container(
-                name="configmirror", image=f"{address}/configmirror:kind-registry-test",
-                image_pull_policy="Always", args=["version"])]))
-        cluster.core.create_namespaced_pod(namespace, pod)
-        wait_for(lambda: cluster.core.read_namespaced_pod(
-            "from-registry", namespace).status.phase == "Succeeded", 120,
-            "the pod to pull its image from the registry and run")
-        pulls = [e.message for e in events(cluster, namespace, "from-registry", "Pulled")]
-        assert any("Successfully pulled" in m for m in pulls), pulls
-        log = cluster.core.read_namespaced_pod_log("from-registry", namespace)
-        assert log.strip(), "configmirror version printed nothing"
+        kind.use_registry(f"127.0.0.1:{port}", f"http://{address}")
+        for pod, ref in (("by-gateway", f"{address}/configmirror:kind-registry-test"),
+                         ("by-loopback", pushed)):
+            cluster.core.create_namespaced_pod(namespace, client.V1Pod(
+                metadata=client.V1ObjectMeta(name=pod),
+                spec=client.V1PodSpec(restart_policy="Never", containers=[client.V1Container(
+                    name="configmirror", image=ref, image_pull_policy="Always",
+                    args=["version"])])))
+        for pod in ("by-gateway", "by-loopback"):
+            wait_for(lambda pod=pod: cluster.core.read_namespaced_pod(  # type: ignore[misc]
+                pod, namespace).status.phase == "Succeeded", 120,
+                f"pod {pod} to pull its image from the registry and run")
+            pulls = [e.message for e in events(cluster, namespace, pod, "Pulled")]
+            assert any("Successfully pulled" in m for m in pulls), pulls
+            log = cluster.core.read_namespaced_pod_log(pod, namespace)
+            assert log.strip(), f"configmirror version printed nothing in {pod}"
     finally:
         docker("rmi", pushed, check=False)
         stop_process(proc)
