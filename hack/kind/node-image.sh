@@ -249,6 +249,10 @@ for ref in "${images[@]}"; do
   # Pinned, as kind pins what it imports: the kubelet's image GC never removes it.
   in_node ctr --namespace=k8s.io images label "$ref" io.cri-containerd.pinned=pinned >/dev/null
 done
+# containerd removes the plain layers --compress-blobs replaced only at its next garbage
+# collection: a synchronous one now (removing an image runs it), or the image carries both.
+in_node ctr --namespace=k8s.io images tag "$k8s/pause:$PAUSE_VERSION" configmirror-kind-gc:now >/dev/null
+in_node ctr --namespace=k8s.io images rm --sync configmirror-kind-gc:now >/dev/null
 # Stopped, and its database closed, before the commit (sleep, the build's PID 1, reaps no
 # one: a zombie containerd is a stopped one).
 in_node bash -euc 'pkill -x containerd
