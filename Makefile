@@ -13,6 +13,12 @@ VERSION      := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' src/configmirror
 IMAGE        ?= configmirror:$(VERSION)
 KIND_CLUSTER ?= configmirror
 KUBECTL      ?= kubectl
+# kind: KIND=/path/to/kind, else the one on PATH, else `make kind` builds the pinned one.
+# KIND_NODE_IMAGE: the node image kind-test uses (kind's default when empty; `make
+# kind-node-image` builds one here) and cluster-test uses (ours when empty).
+KIND         ?=
+KIND_NODE_IMAGE ?=
+KIND_BINARY  := k='$(KIND)'; [ -n "$$k" ] || k=$$(command -v kind) || k=$$(hack/kind/build.sh | tail -n 1)/kind; echo "$$k"
 
 .PHONY: help
 help: ## list the targets
@@ -36,8 +42,16 @@ controlplane: ## build (once) or find kube-apiserver/etcd/kubectl; prints their 
 	@hack/controlplane/build.sh
 
 .PHONY: node
-node: ## build (once) or find the node cluster's binaries too (kubelet, scheduler, ...; one go build)
+node: ## build (once) or find the kind node image's binaries too (kubelet, kubeadm, ...; one go build)
 	@hack/controlplane/build.sh --node
+
+.PHONY: kind
+kind: ## build (once) or find kind (sigs.k8s.io/kind) for kind-test and cluster-test; prints its folder last
+	@hack/kind/build.sh
+
+.PHONY: kind-node-image
+kind-node-image: ## build (once) or find a kind node image of our own Kubernetes build; prints its name last
+	@hack/kind/node-image.sh
 
 .PHONY: helm
 helm: ## build (once) or find helm for the chart tests; prints its folder last
@@ -87,14 +101,19 @@ test: $(STAMP) ## the suite: unit, a real local control plane, the chart, the im
 	$(PY) -m pytest -m "not node" $(PYTEST_ARGS)
 
 .PHONY: cluster-test
-cluster-test: $(STAMP) ## only the real-node tier: a node cluster, deploy/ and the chart on it (root)
+# The node tier (tests marked `node`): a kind cluster of the node image (KIND_NODE_IMAGE, else
+# ours from `make kind-node-image`) per session, deploy/ and the chart on it.
+cluster-test: $(STAMP) ## only the node tier, on kind: deploy/ and the chart on a node, failover, eviction, namespaces
 	@set -euo pipefail; \
-	assets=$$(hack/controlplane/build.sh --node | tail -n 1); \
+	assets=$$(hack/controlplane/build.sh | tail -n 1); \
 	helm=$$(hack/helm/build.sh | tail -n 1); \
+	kind=$$(dirname "$$($(KIND_BINARY))"); \
+	node_image=$${KIND_NODE_IMAGE:-$$(hack/kind/node-image.sh | tail -n 1)}; \
 	echo "cluster-test: building image $(IMAGE)"; hack/image.sh $(IMAGE); \
-	echo "cluster-test: node cluster, deploy/, the chart, and the e2e tests against them"; \
-	CONFIGMIRROR_CONTROLPLANE_ASSETS=$$assets CONFIGMIRROR_HELM_DIR=$$helm \
-	CONFIGMIRROR_E2E_IMAGE=$(IMAGE) $(PY) -m pytest -m node tests/e2e $(PYTEST_ARGS)
+	echo "cluster-test: kind clusters of $$node_image, deploy/, the chart, and the e2e tests against them"; \
+	CONFIGMIRROR_CONTROLPLANE_ASSETS=$$assets CONFIGMIRROR_HELM_DIR=$$helm CONFIGMIRROR_KIND_DIR=$$kind \
+	KIND_NODE_IMAGE=$$node_image CONFIGMIRROR_E2E_IMAGE=$(IMAGE) \
+	  $(PY) -m pytest -m node tests/e2e $(PYTEST_ARGS)
 
 .PHONY: unit
 unit: $(STAMP) ## run only the unit tests (no control plane)
@@ -164,22 +183,35 @@ undeploy: ## kubectl delete -k deploy/
 	$(KUBECTL) delete -k deploy/ --ignore-not-found
 
 .PHONY: kind-test
-kind-test: $(STAMP) ## kind cluster + image + deploy/ + the e2e tests against it (KEEP_CLUSTER=1 keeps it)
+# kubectl: KUBECTL=... when given, else the test control plane's (when built: version-matched
+# to our node image), else kubectl on PATH. The nodes run in Docker, or in Podman where Docker
+# cannot start a privileged container (configmirror_testing.kind; KIND_EXPERIMENTAL_PROVIDER
+# chooses).
+kind-test: $(STAMP) ## kind cluster (KIND_NODE_IMAGE=..., default kind's) + image + deploy/ + the e2e tests (KEEP_CLUSTER=1 keeps it)
 	@set -euo pipefail; \
+	kind=$$($(KIND_BINARY)); kubectl='$(KUBECTL)'; \
+	if [ '$(origin KUBECTL)' = file ] && cp=$$(CONFIGMIRROR_FIND_ONLY=1 hack/controlplane/build.sh 2>/dev/null | tail -n 1); then \
+	  kubectl=$$cp/kubectl; fi; \
 	kubeconfig=$$(mktemp); \
-	cleanup() { if [ "$${KEEP_CLUSTER:-}" = 1 ]; then \
+	cleanup() { status=$$?; \
+	  if [ $$status != 0 ] && logs=$$(mktemp -d --suffix=.kind-logs) \
+	     && "$$kind" export logs "$$logs" --name $(KIND_CLUSTER) >/dev/null 2>&1; then \
+	    echo "kind-test: failed; the nodes' logs are in $$logs"; fi; \
+	  if [ "$${KEEP_CLUSTER:-}" = 1 ]; then \
 	  echo "kind-test: keeping cluster $(KIND_CLUSTER) (kind export kubeconfig --name $(KIND_CLUSTER) to use it)"; \
 	  else echo "kind-test: deleting cluster $(KIND_CLUSTER)"; \
-	  kind delete cluster --name $(KIND_CLUSTER) --kubeconfig $$kubeconfig; fi; rm -f $$kubeconfig; }; \
+	  "$$kind" delete cluster --name $(KIND_CLUSTER) --kubeconfig $$kubeconfig; fi; rm -f $$kubeconfig; }; \
 	trap cleanup EXIT; \
-	echo "kind-test: creating cluster $(KIND_CLUSTER)"; \
-	kind create cluster --name $(KIND_CLUSTER) --kubeconfig $$kubeconfig --wait 120s; \
+	provider=$$($(PY) -m configmirror_testing.kind env "$${KIND_NODE_IMAGE:-}"); eval "$$provider"; \
+	echo "kind-test: creating cluster $(KIND_CLUSTER) with $$("$$kind" version) ($${KIND_NODE_IMAGE:-the default node image of kind}, $${KIND_EXPERIMENTAL_PROVIDER:-docker})"; \
+	"$$kind" create cluster --name $(KIND_CLUSTER) --config hack/kind/cluster.yaml \
+	  $${KIND_NODE_IMAGE:+--image "$$KIND_NODE_IMAGE"} --kubeconfig $$kubeconfig --wait 180s; \
 	echo "kind-test: building image $(IMAGE)"; hack/image.sh $(IMAGE); \
 	echo "kind-test: loading the image into the cluster's nodes"; \
-	kind load docker-image $(IMAGE) --name $(KIND_CLUSTER); \
-	echo "kind-test: applying deploy/"; $(KUBECTL) --kubeconfig $$kubeconfig apply -k deploy/; \
+	"$$kind" load docker-image $(IMAGE) --name $(KIND_CLUSTER); \
+	echo "kind-test: applying deploy/"; "$$kubectl" --kubeconfig $$kubeconfig apply -k deploy/; \
 	echo "kind-test: waiting for the rollout"; \
-	$(KUBECTL) --kubeconfig $$kubeconfig -n configmirror rollout status deployment/configmirror --timeout=180s; \
+	"$$kubectl" --kubeconfig $$kubeconfig -n configmirror rollout status deployment/configmirror --timeout=180s; \
 	echo "kind-test: running the end-to-end tests against the in-cluster operator"; \
 	CONFIGMIRROR_E2E_KUBECONFIG=$$kubeconfig CONFIGMIRROR_E2E_OPERATOR=in-cluster \
 	  $(PY) -m pytest tests/e2e/test_replication.py $(PYTEST_ARGS)

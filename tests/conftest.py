@@ -6,14 +6,14 @@ CONFIGMIRROR_E2E_KUBECONFIG set, the same tests run against that cluster instead
 `make kind-test` works); tests that need to restart or compact the control plane itself skip
 there. With CONFIGMIRROR_E2E_OPERATOR=in-cluster the operator is the deployed one, and tests
 that need it as a local process (marked `operator_process`) are deselected. `make cluster-test`
-runs the tests marked `node` on a real single-node cluster (configmirror_testing.node), where a
-kube-controller-manager deletes namespaces for real. The control plane, the node cluster, the
-waiter and the object builders live in `configmirror_testing` (testing/), shared with the
-benchmarks and `make demo`.
+runs the tests marked `node` in a kind cluster (configmirror_testing.kind), where real nodes run
+the pods and a kube-controller-manager deletes namespaces for real. The control plane, the kind
+helper, the waiter and the object builders live in `configmirror_testing` (testing/), shared
+with the benchmarks and `make demo`.
 
 In CI (CI=true) a missing control plane fails the run. On a laptop without Go the tests that
-need one skip, with one line saying how to get it. Docker, which the image's tests need, and the
-node cluster (root, containerd) are treated the same way.
+need one skip, with one line saying how to get it. Docker, which the image's tests need, and
+kind (Docker, kind, a node image) are treated the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from hypothesis import settings
 from kubernetes import client, config
 
 from configmirror_testing.controlplane import ControlPlane, find_assets
-from configmirror_testing.node import NodeCluster, find_node_assets, node_missing
+from configmirror_testing.kind import KindCluster, find_kind, find_node_image
 from configmirror_testing.objects import service_account_token, token_kubeconfig
 from configmirror_testing.pod import docker_missing
 
@@ -47,10 +48,10 @@ class Cluster:
     """What a test sees of Kubernetes: a kubeconfig, clients, and (locally) the control plane."""
 
     def __init__(self, kubeconfig: Path, plane: ControlPlane | None,
-                 node: NodeCluster | None = None) -> None:
+                 node: KindCluster | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.plane = plane
-        self.node = node  # with a node, a kube-controller-manager runs: namespaces really go
+        self.node = node  # a kind cluster: its controller-manager really deletes namespaces
         self.api_client = config.new_client_from_config(str(kubeconfig))
         self.core = client.CoreV1Api(self.api_client)
         self.rbac = client.RbacAuthorizationV1Api(self.api_client)
@@ -89,18 +90,35 @@ def require_docker() -> None:
     pytest.skip(message)
 
 
-def require_node() -> Path:
-    """The node binaries' folder; skips the test when a node cluster cannot run here (in CI,
-    fails it)."""
+@dataclass(frozen=True)
+class KindTools:
+    """What a kind cluster of the node tier is made with."""
+
+    kind: Path
+    node_image: str
+    kubectl: Path
+
+
+def require_kind() -> KindTools:
+    """kind, the node image (KIND_NODE_IMAGE, else ours) and kubectl; skips the test when one
+    is missing (in CI, builds what it can and fails the test for the rest)."""
     ci = os.environ.get("CI") == "true"
-    assets = find_node_assets(REPO, build=ci)
-    reason = node_missing(assets)
-    if reason is None and assets is not None:
-        return assets
-    message = f"no node cluster: {reason}"
+    require_docker()
+    kind = find_kind(REPO, build=ci)
+    image = find_node_image(REPO, build=ci) if kind else None
+    assets = find_assets(REPO, build=ci) if image else None
+    if kind is None:
+        reason = "no kind: run `make kind` (hack/kind/build.sh; needs Go)"
+    elif image is None:
+        reason = ("no kind node image: run `make kind-node-image`, or set KIND_NODE_IMAGE "
+                  "(e.g. kind's own kindest/node, where a registry is reachable)")
+    elif assets is None:
+        reason = NO_CONTROL_PLANE + " (the node tier uses its kubectl)"
+    else:
+        return KindTools(kind, image, assets / "kubectl")
     if ci:
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

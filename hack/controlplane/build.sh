@@ -3,8 +3,9 @@
 # holds them as the last line of output.
 #
 #   build.sh          kube-apiserver, etcd, etcdctl, kubectl: the control plane of `make test`
-#   build.sh --node   also kubelet, kube-scheduler, kube-controller-manager, kube-proxy and
-#                     pause (the pod sandbox's process): the node cluster of `make cluster-test`
+#   build.sh --node   also kubelet, kubeadm, kube-scheduler, kube-controller-manager,
+#                     kube-proxy and pause (the pod sandbox's process): what the kind node image
+#                     of `make kind-node-image` is made of (hack/kind/node-image.sh)
 #
 #   KUBEBUILDER_ASSETS=/dir   use binaries already there, if it holds all of them (nothing built)
 #   CONFIGMIRROR_CACHE=/dir   cache root (default: ${XDG_CACHE_HOME:-~/.cache}/configmirror)
@@ -20,7 +21,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
 BINARIES=(kube-apiserver etcd etcdctl kubectl)
-NODE_BINARIES=(kubelet kube-scheduler kube-controller-manager kube-proxy pause)
+NODE_BINARIES=(kubelet kubeadm kube-scheduler kube-controller-manager kube-proxy pause)
 case "${1:-}" in
   "") ;;
   --node) BINARIES+=("${NODE_BINARIES[@]}") ;;
@@ -73,7 +74,7 @@ took() { echo "$((SECONDS - $1)) s"; }
 # Every missing Kubernetes binary in one `go build`: shared packages compile once, and one
 # binary's link overlaps another's compile.
 packages=()
-for b in kube-apiserver kubelet kube-scheduler kube-controller-manager kube-proxy; do
+for b in kube-apiserver kubelet kubeadm kube-scheduler kube-controller-manager kube-proxy; do
   wants "$b" && packages+=("k8s.io/kubernetes/cmd/$b")
 done
 cd "$work/kubernetes"
@@ -106,8 +107,8 @@ if ((${#packages[@]})); then
 fi
 if wants pause; then
   # Kubernetes' own pause (build/pause/linux/pause.c, in the module's zip), static, as
-  # upstream builds it: the process every pod sandbox runs. No registry: the node cluster
-  # makes its image from this binary.
+  # upstream builds it: the process every pod sandbox runs. No registry: the kind node image
+  # gets its pause image from this binary.
   command -v gcc >/dev/null || { log "gcc and libc6-dev are needed to build pause (apt-get install gcc libc6-dev)"; exit 1; }
   gcc -Os -Wall -Werror -static -DVERSION="v$PAUSE_VERSION-configmirror" \
     -o "$work/bin/pause" "$k8s_dir/build/pause/linux/pause.c"
@@ -147,6 +148,7 @@ for b in $todo; do
   case "$b" in
     etcd) "$out/etcd" --version | head -1 >&2 ;;
     kubectl) "$out/kubectl" version --client >&2 || true ;;
+    kubeadm) echo "kubeadm $("$out/kubeadm" version -o short)" >&2 ;;
     etcdctl|pause) ;;
     *) "$out/$b" --version >&2 ;;
   esac

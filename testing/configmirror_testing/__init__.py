@@ -7,7 +7,7 @@
 - `wait`: one `wait_for(condition, timeout)` with a deadline
 - `objects`: ConfigMap bodies, and kubeconfigs holding only one ServiceAccount's token
 - `pod`: a Deployment's pod run by Docker the way a kubelet runs it (the image's tests)
-- `node`: a real single-node cluster from plain processes (kubelet, containerd, kube-proxy,
-  scheduler, controller-manager), and `nodehost`: what it changes on the machine, undone
+- `kind`: kind clusters for the node tier (our node image, hack/kind/cluster.yaml), a
+  registry of a test's own for their nodes, and the clean-up of a killed run's clusters
 - `deployed`: an operator a cluster runs (its rollout, leader and /metrics, via the API)
 """

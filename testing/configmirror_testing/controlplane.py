@@ -14,9 +14,9 @@ ServiceAccount tokens work as in a cluster.
 By default the apiserver listens on 127.0.0.1. `address=` makes it listen on another address
 of this machine instead (a Docker network's gateway, so containers reach it), and its
 self-signed serving certificate names that address, so clients there verify TLS as in a pod.
-The certificate also names the `kubernetes` Service's ClusterIP (10.0.0.1), so pods of a real
-node (configmirror_testing.node, which runs this control plane with ServiceAccount admission,
-the Node authorizer and an identity per component) verify it too.
+The certificate also names the `kubernetes` Service's ClusterIP (10.0.0.1), for pods of a node
+that uses this control plane (ServiceAccount admission, the Node authorizer and an identity per
+component are options for one; the node tier itself runs in kind: configmirror_testing.kind).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def find_assets(repo_root: Path | None = None, build: bool = False,
 
     Looks at CONFIGMIRROR_CONTROLPLANE_ASSETS, then KUBEBUILDER_ASSETS, then asks build.sh,
     which prints the cached folder (and builds it first only when `build` is true).
-    `binaries` and `build_args` ask for more (the node's: configmirror_testing.node).
+    `binaries` and `build_args` ask for more (the node's: `build.sh --node`).
     """
     for var in ("CONFIGMIRROR_CONTROLPLANE_ASSETS", "KUBEBUILDER_ASSETS"):
         folder = os.environ.get(var)

@@ -1,7 +1,7 @@
 """configmirror as a cluster runs it: a Deployment's pods, their rollout, the leader, /metrics.
 
 Read through the API server only (the pod proxy reaches /metrics), so the same reader works on
-any cluster with a kubelet: the node cluster of `make cluster-test`, or kind.
+any cluster with a kubelet: the kind clusters of `make cluster-test` and `make kind-test`.
 
     operator = DeployedOperator(api_client, "configmirror", "configmirror")
     operator.wait_rollout()          # every pod of the current template Ready, one leader

@@ -11,10 +11,18 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Protocol
 
-from configmirror_testing.controlplane import ControlPlane, built_folder
+from configmirror_testing.controlplane import built_folder
 
 TIMEOUT = 120.0
+
+
+class Admin(Protocol):
+    """What runs kubectl as a cluster's admin: a ControlPlane, or a KindCluster."""
+
+    def kubectl(self, *args: str, check: bool = True,
+                input: str | None = None) -> subprocess.CompletedProcess[str]: ...
 
 
 class HelmError(RuntimeError):
@@ -64,9 +72,9 @@ class Helm:
         return self("version", "--short").stdout.strip()
 
 
-def release_objects(plane: ControlPlane, release: str) -> set[str]:
+def release_objects(admin: Admin, release: str) -> set[str]:
     """Every object labelled with Helm release `release`, cluster-scoped or not."""
-    done = plane.kubectl(
+    done = admin.kubectl(
         "get", "--all-namespaces", "-o", "name",
         "-l", f"app.kubernetes.io/instance={release}",
         "clusterroles,clusterrolebindings,serviceaccounts,roles,rolebindings,"
@@ -74,9 +82,9 @@ def release_objects(plane: ControlPlane, release: str) -> set[str]:
     return set(done.stdout.split())
 
 
-def cluster_scoped_objects(plane: ControlPlane) -> set[str]:
+def cluster_scoped_objects(admin: Admin) -> set[str]:
     """The name of every object of every listable cluster-scoped kind (what an uninstall
     must leave as it found it)."""
-    kinds = plane.kubectl("api-resources", "--namespaced=false", "--verbs=list",
+    kinds = admin.kubectl("api-resources", "--namespaced=false", "--verbs=list",
                           "-o", "name").stdout.split()
-    return set(plane.kubectl("get", ",".join(kinds), "-o", "name").stdout.split())
+    return set(admin.kubectl("get", ",".join(kinds), "-o", "name").stdout.split())

@@ -59,7 +59,10 @@ class Manifest:
 
 
 class Registry:
-    """docker-registry serving `folder`/storage on 127.0.0.1:<free port>, over plain HTTP."""
+    """docker-registry serving `folder`/storage on <free port>, over plain HTTP, named
+    127.0.0.1:<port> (what the release pushes and references). It listens on every address of
+    this machine, so a kind cluster's nodes reach it at their network's gateway; this
+    machine's test runs have no other network, and it lives only as long as the test."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -88,14 +91,14 @@ class Registry:
         if reason:
             raise RegistryError(reason)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = free_port("0.0.0.0")
         config = self.folder / "config.yml"
         # JSON is YAML: the registry's configuration, everything in our folder.
         config.write_text(json.dumps({
             "version": 0.1, "log": {"level": "info", "accesslog": {"disabled": True}},
             "storage": {"filesystem": {"rootdirectory": str(self.folder / "storage")},
                         "delete": {"enabled": True}},
-            "http": {"addr": self.address}}))
+            "http": {"addr": f"0.0.0.0:{self.port}"}}))
         self._proc = spawn(["docker-registry", "serve", str(config)], self.log)
         try:
             wait_for(self._answers, TIMEOUT, f"the registry on {self.address}", interval=0.1,

@@ -1,6 +1,6 @@
 """End-to-end fixtures: operators started (and stopped) for one test, small readers, and what
-several modules share: the image built from this tree, helm, the node cluster, and a test
-module run in a pytest of its own.
+several modules share: the image built from this tree, helm, the kind cluster of the node
+tier, and a test module run in a pytest of its own.
 
 The operator process itself is `configmirror_testing.operator.OperatorProcess`, the one
 launcher the tests, the benchmarks and `make demo` share. Operators run with default flags
@@ -23,7 +23,7 @@ from kubernetes import client
 
 from configmirror import __version__
 from configmirror_testing.helm import Helm, find_helm
-from configmirror_testing.node import NodeCluster
+from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
 from configmirror_testing.objects import configmap
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.pod import build_image, remove_image
@@ -36,7 +36,7 @@ from configmirror_testing.release import (
     release_missing,
 )
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, require_docker, require_node, unique_name
+from tests.conftest import REPO, Cluster, require_docker, require_kind, unique_name
 
 __all__ = ["IN_CLUSTER", "REMOVAL_TIMEOUT", "Operator", "Operators", "configmap", "events",
            "read", "requests_into", "restart_writes_nothing", "restricted_operator_identity",
@@ -234,21 +234,28 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     return Helm(binary, tmp_path_factory.mktemp("helm-home"))
 
 
-@pytest.fixture(scope="module")
+NODE_TIER = "configmirror-node"  # the node tier's kind clusters: configmirror-node-<pid>-<hex>
+
+
+@pytest.fixture(scope="session")
 def node_cluster(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A real single-node cluster (configmirror_testing.node) holding the image, for one
-    module (one node cluster per machine: a module may also start its own); its components'
-    and pods' logs are kept in the session's temp folder."""
-    assets = require_node()
-    logs = tmp_path_factory.mktemp("node-logs")
-    node = NodeCluster(assets, logs_to=logs)
-    node.start()
+    """A kind cluster (configmirror_testing.kind) of the node image, holding the image under
+    test, shared by the node tier's modules; its nodes' logs are kept in the session's temp
+    folder. Clusters a killed run left behind go first."""
+    tools = require_kind()
+    folder = tmp_path_factory.mktemp("kind")
+    kind = KindCluster(tools.kind, owned_name(NODE_TIER), tools.node_image, tools.kubectl,
+                       folder, logs_to=folder / "logs")
+    for orphan in remove_orphans(tools.kind, NODE_TIER, kind.env):
+        print(f"removed kind cluster {orphan}: its owner process is gone")
+    kind.start()
     try:
-        node.load_docker_image(image)
-        yield Cluster(node.kubeconfig, node.control_plane, node)
+        kind.load_docker_image(image)
+        yield Cluster(kind.kubeconfig, None, kind)
     finally:
-        node.stop()
-        print(f"node cluster logs: {logs}")
+        kind.stop()
+        print(f"kind cluster {kind.name} ({tools.node_image}, {kind.provider}) logs: "
+              f"{folder / 'logs'}")
 
 
 def run_test_module(module: Path, env: dict[str, str], timeout: float = 1200) -> str:
@@ -317,22 +324,21 @@ def release(registry: Registry, cosign: Path, tmp_path_factory: pytest.TempPathF
 
 @contextlib.contextmanager
 def cluster_pulling_from(registry: str, logs: Path) -> Iterator[Cluster]:
-    """A cluster whose nodes pull images from the registry `registry` (HOST:PORT, as image
-    references name it, plain HTTP) and hold no image of ours beforehand.
+    """A kind cluster of its own whose nodes pull images named `registry/...` (127.0.0.1:PORT,
+    as the release names them, plain HTTP) and hold no image of ours beforehand.
 
-    The one thing the release's node tests ask of the node tier. Today that is
-    configmirror_testing.node: its containerd runs on this machine, so it reaches a registry
-    on 127.0.0.1 as is, and containerd's CRI speaks plain HTTP to a loopback registry. A
-    cluster whose nodes are elsewhere (kind's node containers) needs that address to lead
-    there: a hosts.toml for `registry` in containerd's config_path naming an endpoint the node
-    reaches (http://<the registry's address on the node's network>).
-    """
-    host = registry.rsplit(":", 1)[0]
-    assert host in ("127.0.0.1", "localhost"), f"this node reaches loopback registries: {registry}"
-    node = NodeCluster(require_node(), logs_to=logs)
-    node.start()
+    The one thing the release's node tests ask of the node tier: 127.0.0.1 in a node is the
+    node, so its containerd is told (a hosts.toml, KindCluster.use_registry) to reach that
+    registry at the kind network's gateway, where Registry listens too."""
+    tools = require_kind()
+    kind = KindCluster(tools.kind, owned_name(NODE_TIER), tools.node_image, tools.kubectl,
+                       logs.parent / f"{logs.name}-kind", logs_to=logs)
+    kind.folder.mkdir(parents=True, exist_ok=True)
+    kind.start()
     try:
-        yield Cluster(node.kubeconfig, node.control_plane, node)
+        port = registry.rsplit(":", 1)[1]
+        kind.use_registry(registry, f"http://{kind.host_address}:{port}")
+        yield Cluster(kind.kubeconfig, None, kind)
     finally:
-        node.stop()
-        print(f"node cluster logs: {logs}")
+        kind.stop()
+        print(f"kind cluster {kind.name} logs: {logs}")

@@ -1,7 +1,7 @@
 """deploy/ on a real node (`make cluster-test`): its pods run under a kubelet, and the
 controllers do what they do in any cluster.
 
-The node cluster (configmirror_testing.node) runs the image built from this tree. deploy/ is
+A kind cluster (configmirror_testing.kind) runs the image built from this tree. deploy/ is
 applied unchanged but for the image (an overlay of it, as `kustomize edit set image` would
 make). Then: the replication suite against the deployed operator, the leader pod deleted, an
 eviction against the PodDisruptionBudget, and a target namespace deleted by the real namespace

@@ -1,6 +1,6 @@
-"""charts/configmirror on a real node (`make cluster-test`): `helm install` with the image built
-from this tree, the replication suite against that release, `helm upgrade` changing a value,
-and `helm uninstall` leaving nothing cluster-wide.
+"""charts/configmirror on a real node, in kind (`make cluster-test`): `helm install` with the
+image built from this tree, the replication suite against that release, `helm upgrade`
+changing a value, and `helm uninstall` leaving nothing cluster-wide.
 
 The release is named as the README installs it (`configmirror` in namespace `configmirror`),
 into a namespace made beforehand the way the README says: never a target, and on the
@@ -39,7 +39,8 @@ class Release:
     def __init__(self, cluster: Cluster, helm: Helm, image: str) -> None:
         self.cluster = cluster
         self.helm = helm
-        self.plane = cluster.require_plane()
+        assert cluster.node is not None
+        self.admin = cluster.node  # kubectl as admin
         repository, _, tag = image.rpartition(":")
         self.image_values = ["--set", f"image.repository={repository}",
                              "--set-string", f"image.tag={tag}",
@@ -49,7 +50,7 @@ class Release:
         self.installed = False
 
     def install(self) -> None:
-        self.before = cluster_scoped_objects(self.plane)
+        self.before = cluster_scoped_objects(self.admin)
         self.helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, *self.image_values,
                   "--wait", "--timeout=5m", kubeconfig=self.cluster.kubeconfig, timeout=330)
         self.installed = True
@@ -123,18 +124,18 @@ def test_helm_upgrade_rolls_the_pods_with_the_new_args_and_they_still_replicate(
 
 def test_helm_uninstall_leaves_no_cluster_scoped_objects(
         cluster: Cluster, release: Release) -> None:
-    plane = release.plane
-    added = cluster_scoped_objects(plane) - release.before
+    admin = release.admin
+    added = cluster_scoped_objects(admin) - release.before
     assert {f"clusterrole.rbac.authorization.k8s.io/{RELEASE}",
             f"clusterrolebinding.rbac.authorization.k8s.io/{RELEASE}"} <= added, added
     release.uninstall()
     # Namespaces the tests before made may still be going (the namespace controller empties
     # them); everything the release made must go with it.
     with contextlib.suppress(WaitTimeout):  # the assertions below say what is left
-        wait_for(lambda: not cluster_scoped_objects(plane) - release.before
-                 and not release_objects(plane, RELEASE), timeout=120, what="uninstall")
-    assert cluster_scoped_objects(plane) - release.before == set(), "cluster-scoped leftovers"
-    assert release_objects(plane, RELEASE) == set(), "leftovers in the release's namespace"
+        wait_for(lambda: not cluster_scoped_objects(admin) - release.before
+                 and not release_objects(admin, RELEASE), timeout=120, what="uninstall")
+    assert cluster_scoped_objects(admin) - release.before == set(), "cluster-scoped leftovers"
+    assert release_objects(admin, RELEASE) == set(), "leftovers in the release's namespace"
     assert cluster.core.list_namespaced_secret(NAMESPACE).items == [], "a release record left"
     # The garbage collector removes the pods of the deleted ReplicaSet.
     wait_for(lambda: not cluster.core.list_namespaced_pod(
