@@ -110,7 +110,7 @@ def test_plan_prints_the_plan_exits_2_then_0_once_synced(
     assert as_json["in_sync"] is False
     assert as_json["plans"][0]["targets"] == [a]
     assert as_json["plans"][0]["actions"] == [
-        {"action": "create", "namespace": a, "name": "cfg", "why": "missing"}]
+        {"action": "create", "namespace": a, "name": "cfg", "why": "missing", "due_in": 0.0}]
     assert read(cluster, a, "cfg") is None, "plan must change nothing"
     operators()
     wait_for(lambda: read(cluster, a, "cfg") is not None, what="the replica")

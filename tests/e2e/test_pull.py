@@ -187,8 +187,9 @@ def test_wait_returns_once_a_new_namespace_has_its_replica_and_fails_on_timeout_
     assert read(cluster, second, "cfg") is not None, "it returned only once the replica was there"
     assert "in sync in 2 target" in out
     # A place the source can never have: the timeout passes, and what is missing is said.
-    blocked = namespaces(labels={label: "yes"})
-    cluster.core.create_namespaced_config_map(blocked, configmap("cfg"))
+    blocked = namespaces()
+    cluster.core.create_namespaced_config_map(blocked, configmap("cfg"))  # someone's own
+    cluster.core.patch_namespace(blocked, {"metadata": {"labels": {label: "yes"}}})
     late = cli(cluster, "wait", f"{src}/cfg", "--timeout", "2s")
     assert late.returncode == 1 and "not in sync after 2s" in late.stderr
     assert f"conflict: {blocked}/cfg exists" in late.stdout
