@@ -453,3 +453,9 @@ def test_a_failure_after_a_success_is_logged_again(
     warned = [r for r in caplog.records if "cannot record Event" in r.getMessage()
               and r.levelname == "WARNING"]
     assert len(warned) == 2, "each run of failures after a success is said once"
+
+
+def test_the_replicated_message_says_released_only_when_some_were() -> None:
+    assert replicated_message({"created": 2}) == "created 2, updated 0, deleted 0 replicas"
+    assert replicated_message({"deleted": 1, "released": 3}) == (
+        "created 0, updated 0, deleted 1, released 3 replicas")

@@ -832,3 +832,34 @@ def test_a_plan_shows_content_only_for_a_source_it_acts_on() -> None:
     scope = Scope.from_flags("*", DEFAULT_EXCLUDED, "configmirror.io/source=true")
     assert plan(source({REPLICATE_TO: "a"}), ALL, scope=scope).content is None
     assert plan(source({REPLICATE_TO: "a"}), ALL).content is not None
+
+
+def test_targets_in_sync_leave_out_the_ones_with_a_write_or_a_conflict_pending() -> None:
+    src = source({REPLICATE_TO: "a,b,c,d"})
+    stale = replica_of(source({REPLICATE_TO: "a,b,c,d"}, data={"k": "old"}), "b")
+    p = plan(src, [*ALL, ns("c"), ns("d")], [replica_of(src, "a"), stale, plain("c")])
+    assert p.targets == ("a", "b", "c", "d")
+    assert p.targets_in_sync == 1, "a; not b (update), c (conflict) or d (create)"
+
+
+def test_a_plans_json_gives_each_actions_grace_to_a_tenth_of_a_second() -> None:
+    orphan = replica_of(source({REPLICATE_TO: "a"}), "a")
+    p = plan(None, ALL, [orphan], grace=grace_seen(60, 1000.0, {"a/cfg": 942.66}))
+    assert [a["due_in"] for a in p.to_json()["actions"]] == [2.7]
+
+
+def test_a_pull_of_a_source_that_is_not_honoured_says_why() -> None:
+    src = source({PULL_ALLOWED: "*"})
+    pulling = puller("team", "src/cfg")
+    selector = Scope.from_flags("*", DEFAULT_EXCLUDED, "configmirror.io/source=true")
+    (refused,) = pull_refusals(pulling, world([src], [ns("src")]), selector, ())
+    assert "--source-namespace-selector=configmirror.io/source=true" in refused.reason
+    (unknown,) = pull_refusals(pulling, world([src], []), SCOPE, ())
+    assert unknown.reason == "namespace src is not known yet"
+    assert pull_refusals(pulling, world([src], [ns("src")]), SCOPE, ()) == []
+
+
+def test_only_namespaces_that_pull_this_source_are_its_pullers() -> None:
+    src = source({PULL_ALLOWED: "*"})
+    p = plan(src, [puller("mine", "src/cfg"), puller("theirs", "src/other"), ns("none")])
+    assert p.pullers == ("mine",)

@@ -119,8 +119,10 @@ def test_server_answered_releases_waiting_keys_at_once() -> None:
         queue.add("a")
         queue.add("b")
         wait_for(lambda: gate.waiting() == 2, what="both keys to wait")
+        assert gate.in_outage()
         down.clear()
         gate.answered()  # as an informer that reconnects says
+        assert not gate.in_outage()
         wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
                  what="both keys retried")
         assert gate.waiting() == 0
