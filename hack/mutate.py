@@ -103,6 +103,15 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
         "is none; in an outage the locked block below sets it",
     ("servergate.py", "if self._outage_since is None:", "if False:"):
         "outside an outage the rest is a no-op but for an info log line",
+    ("replicator.py",
+     "if key not in self._pending: # nothing of ours in flight there (an atomic lookup)",
+     "if False: # nothing of ours in flight there (an atomic lookup)"):
+        "a fast path: the locked path below returns the cached object too when nothing of ours "
+        "is pending",
+    ("replicator.py", "if expected is None:", "if False:"):
+        "the re-check under the lock: only an echo or another view that took the entry between "
+        "the unlocked check and the lock reaches it (a race no test can order without reaching "
+        "into the lock)",
     ("servergate.py", "if since is None:", "if False:"):
         "the re-check under the lock: only a second answered() that passed the unlocked check "
         "while the first was ending the outage reaches it (a race no test can order without "

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from configmirror.model import CachedObject
-from configmirror.replicator import Expectations
+from pytest_mock import MockerFixture
+
+from configmirror.events import EventRecorder
+from configmirror.kube import Kube
+from configmirror.model import CONFIGMAP, CachedObject, Caches
+from configmirror.replicator import Expectations, Replicator
+from configmirror.spec import REPLICATE_TO
+from configmirror.store import Store
+from tests.unit.test_plan import SCOPE, cached
 
 
 def obj(rv: str, content_hash: str = "h") -> CachedObject:
@@ -109,3 +116,21 @@ def test_another_version_other_content_or_a_delete_is_not_an_echo() -> None:
     assert len(expectations) == 1, "still expected: only the echo ends it"
     expectations.deleted("a/cfg", "11")
     assert not expectations.echo(obj("11")), "a delete of ours has no echo to skip"
+
+
+def test_the_replicator_takes_only_a_replica_for_an_echo_never_a_source_or_a_foreign_object(
+        mocker: MockerFixture) -> None:
+    expectations = Expectations(lambda key: 0)
+    replicator = Replicator(mocker.create_autospec(Kube, instance=True),
+                            Caches(Store(), Store(), CONFIGMAP), SCOPE,
+                            mocker.create_autospec(EventRecorder, instance=True), expectations,
+                            delete_grace=0.0)
+    written = obj("11")
+    source = replace(written, compiled=cached({"metadata": {
+        "namespace": "a", "name": "cfg", "annotations": {REPLICATE_TO: "b"}}}).compiled)
+    foreign = replace(written, replica_of=None)
+    for other in (source, foreign):
+        expectations.wrote(written)
+        assert replicator.echo(other) is False, other
+    assert replicator.echo(written) is True
+    assert replicator.echo(written) is False, "an echo ends the expectation"
