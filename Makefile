@@ -73,10 +73,14 @@ syft: ## build (once) or find syft (the release's SBOMs); prints its path last
 actionlint: ## build (once) or find actionlint (checks .github/workflows/); prints its path last
 	@hack/tools/build.sh actionlint
 
+.PHONY: promtool
+promtool: ## build (once) or find promtool for the alert tests; prints its folder last
+	@hack/promtool/build.sh
+
 .PHONY: test
 # The real-node tier (`-m node`) is `make cluster-test`, a separate step of .ci/run: with it,
 # a fresh machine's `make test` would take 40-50 minutes (the node's Go build alone is 12-25).
-test: $(STAMP) ## the suite: unit, a real local control plane, the chart, the image (not the node: cluster-test)
+test: $(STAMP) ## the suite: unit, a real local control plane, the chart, the alerts, the image (not the node: cluster-test)
 	@set -o pipefail; \
 	if assets=$$(hack/controlplane/build.sh | tail -n 1); then \
 	  export CONFIGMIRROR_CONTROLPLANE_ASSETS=$$assets; \
@@ -91,6 +95,13 @@ test: $(STAMP) ## the suite: unit, a real local control plane, the chart, the im
 	  echo "make test: helm could not be built, and CI needs it" >&2; exit 1; \
 	else \
 	  echo "make test: no helm (needs Go); the chart tests will skip" >&2; \
+	fi; \
+	if promtool=$$(hack/promtool/build.sh | tail -n 1); then \
+	  export CONFIGMIRROR_PROMTOOL_DIR=$$promtool; \
+	elif [ "$${CI:-}" = true ]; then \
+	  echo "make test: promtool could not be built, and CI needs it" >&2; exit 1; \
+	else \
+	  echo "make test: no promtool (needs Go); the alert and dashboard tests will skip" >&2; \
 	fi; \
 	if ! docker info >/dev/null 2>&1; then \
 	  if [ "$${CI:-}" = true ]; then \
