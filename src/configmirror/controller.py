@@ -62,6 +62,10 @@ class Controller(Generic[K]):
         self._reconcile_time = self._metrics.reconcile_time.labels(name)
         self._outcomes = {result: self._metrics.reconcile_total.labels(name, result)
                           for result in ("success", "error", "requeue_after")}
+        # The failure counters too, so an alert's increase() sees their first step from 0.
+        for counter in (self._metrics.reconcile_errors, self._metrics.reconcile_panics,
+                        self._metrics.terminal_errors, self._metrics.given_up):
+            counter.labels(name)
         self._changes = {str(i): self._metrics.worker_changes.labels(name, str(i))
                          for i in range(workers)}
 

@@ -168,6 +168,8 @@ class Manager:
                          self.settings.leader_election_id)
                 if not self._wait(self.elector.is_leader, stop, None):
                     return 0
+            else:
+                self.metrics.leader.set(1)  # no election: this process is the one that writes
             self.recorder.start()
             self.controller.start()
             self._workers_started = True

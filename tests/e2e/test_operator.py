@@ -195,6 +195,11 @@ def test_source_metrics_count_each_sources_replicas_by_state(
         "desired": 4, "in_sync": 3, "pending": 0, "conflict": 1}
     assert operator.metric("configmirror_api_server_unavailable") == 0
     assert operator.metric("configmirror_dead_workers") == 0
+    assert operator.metric("configmirror_leader") == 1, "no election: it is the one that writes"
+    for failures in ("controller_runtime_reconcile_errors_total",
+                     "configmirror_reconcile_given_up_total"):
+        assert any(s[0] == failures for s in operator.scrape().samples), \
+            f"{failures} is there from the start, at 0"
     plain = operators()  # without the flag: no per-source series
     plain.wait_idle()
     assert not [s for s in plain.scrape().samples if s[0] == series]
