@@ -261,6 +261,16 @@ class KindCluster:
         return sorted({ref for node in self.nodes() for ref in self.engine(
             "exec", node, "ctr", "--namespace=k8s.io", "images", "list", "--quiet").stdout.split()})
 
+    def image_digests(self) -> dict[str, str]:
+        """Each image reference the nodes' containerd holds, with the digest it names."""
+        found: dict[str, str] = {}
+        for node in self.nodes():
+            listing = self.engine("exec", node, "ctr", "--namespace=k8s.io", "images", "list")
+            for line in listing.stdout.splitlines()[1:]:  # REF TYPE DIGEST SIZE PLATFORMS LABELS
+                ref, _, digest, *_ = line.split()
+                found[ref] = digest
+        return found
+
     @property
     def host_address(self) -> str:
         """This machine's address as the nodes reach it: the kind network's IPv4 gateway. A

@@ -258,11 +258,11 @@ def node_cluster(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
               f"{folder / 'logs'}")
 
 
-def run_test_module(module: Path, env: dict[str, str], timeout: float = 1200) -> str:
-    """Run a test module in a pytest of its own (with `env` added); assert that every test
-    passed and none failed, errored or skipped; return pytest's summary line."""
+def run_test_module(module: Path, env: dict[str, str], *args: str, timeout: float = 1200) -> str:
+    """Run a test module in a pytest of its own (with `env` added, and pytest `args`); assert
+    that every test passed and none failed, errored or skipped; return pytest's summary line."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(module)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(module)],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, **env}, cwd=REPO,
         check=False)
     tail = done.stdout[-3000:]

@@ -82,6 +82,7 @@ def test_globs_excludes_and_selector_union(cluster: Cluster, namespaces: Namespa
     assert read(cluster, dev, "cfg") is None
 
 
+@pytest.mark.grace
 def test_star_honours_default_exclusions_and_never_copies_into_its_own_namespace(
         cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
     src, other = namespaces(), namespaces()
@@ -140,6 +141,7 @@ def test_namespace_created_after_the_source_gets_its_replica_from_its_event(
     wait_replica(cluster, late, timeout=30)
 
 
+@pytest.mark.grace
 def test_selector_follows_namespace_labels_that_change_after_the_source(
         cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
     src, target = namespaces(), namespaces(labels={"env": "dev"})
@@ -159,6 +161,7 @@ def test_selector_follows_namespace_labels_that_change_after_the_source(
 # -- rule 4: fewer targets, deleted sources ------------------------------------------------
 
 
+@pytest.mark.grace
 def test_namespace_removed_from_the_list_loses_its_replica(
         cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
     src, a, b = namespaces(), namespaces(), namespaces()
@@ -170,6 +173,7 @@ def test_namespace_removed_from_the_list_loses_its_replica(
     assert read(cluster, a, "cfg") is not None
 
 
+@pytest.mark.grace
 def test_deleted_source_loses_all_replicas(cluster: Cluster, namespaces: Namespaces,
                                            operator: Operator) -> None:
     src, a, b = namespaces(), namespaces(), namespaces()
@@ -181,6 +185,7 @@ def test_deleted_source_loses_all_replicas(cluster: Cluster, namespaces: Namespa
     wait_gone(cluster, b)
 
 
+@pytest.mark.grace
 def test_source_losing_both_annotations_loses_all_replicas(
         cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
     src, a = namespaces(), namespaces()
@@ -283,6 +288,7 @@ def test_mutable_source_made_immutable_recreates_an_immutable_replica(
 # -- rule 8: two sources, one name ------------------------------------------------------------
 
 
+@pytest.mark.grace
 def test_two_sources_with_one_name_first_replica_wins(
         cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
     one, two, target = namespaces(), namespaces(), namespaces()
