@@ -22,8 +22,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-import urllib3
-
 from configmirror.clock import Clock, RealClock
 from configmirror.kube import ApiError, Kube, WatchStream
 from configmirror.metrics import Metrics
@@ -183,7 +181,7 @@ class Informer(Generic[T]):
                          self.resource_version)
                 need_list = True
                 self._count_watch_restart()
-            except (ApiError, urllib3.exceptions.HTTPError, OSError, ValueError) as err:
+            except (ApiError, OSError, ValueError) as err:
                 if self._stopped.is_set():
                     break
                 # No answer or throttled: the server still has our version, so just re-watch.
