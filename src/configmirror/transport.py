@@ -54,7 +54,8 @@ from urllib.parse import unquote, urlsplit
 from kubernetes.client.rest import should_bypass_proxies
 from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
-CONNECT_TIMEOUT = 10.0  # TCP connect, the proxy's CONNECT and the TLS handshake, each
+CONNECT_TIMEOUT = 10.0  # TCP connect, the proxy's CONNECT and the TLS handshake, each (at
+                        # most the request's own timeout)
 _RECV = 65536           # bytes asked of one recv: a whole answer to a write in one call
 
 # Limits on an answer's head, as http.client has them.
@@ -224,7 +225,7 @@ class Connections:
         """One request and its whole answer. Raises OSError (a timeout is one) or
         http.client.HTTPException; the connection is then closed, never reused."""
         head = self._head(method, target, headers, data)
-        conn = self._take()
+        conn = self._take(timeout)
         before = conn.reader.received
         try:
             if conn.timeout != timeout:
@@ -247,7 +248,7 @@ class Connections:
                timeout: float) -> Stream:
         """A request whose answer is read as it comes (a watch), on a connection of its own.
         `timeout` bounds the connect and the wait for the answer's head."""
-        conn = self._connect()
+        conn = self._connect(timeout)
         try:
             conn.sock.settimeout(timeout)
             conn.sock.sendall(self._head(method, target, headers, None))
@@ -287,21 +288,21 @@ class Connections:
             raise ValueError(f"{method} {target}: a line break in the request head")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def _take(self) -> _Connection:
+    def _take(self, timeout: float) -> _Connection:
         while True:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                return self._connect()
+                return self._connect(timeout)
             if not conn.dropped():
                 return conn
             conn.close()
 
-    def _connect(self) -> _Connection:
+    def _connect(self, timeout: float) -> _Connection:
         target = self.endpoint
         proxy = target.proxy
-        sock = socket.create_connection(proxy.address if proxy else target.address,
-                                        CONNECT_TIMEOUT)
+        limit = min(CONNECT_TIMEOUT, timeout)
+        sock = socket.create_connection(proxy.address if proxy else target.address, limit)
         try:
             for option in target.socket_options:
                 sock.setsockopt(*option)
@@ -312,7 +313,7 @@ class Connections:
         except BaseException:
             sock.close()
             raise
-        return _Connection(sock, CONNECT_TIMEOUT)
+        return _Connection(sock, limit)
 
     def _give_back(self, conn: _Connection) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ import select
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from kubernetes import client
 
 from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
 from configmirror.transport import (
+    CONNECT_TIMEOUT,
     MAX_HEADERS,
     MAX_LINE,
     Connections,
@@ -734,3 +736,17 @@ def test_a_proxy_that_refuses_the_tunnel_is_a_connection_error(
         refusing.shutdown()
         refusing.server_close()
         thread.join(5)
+
+
+def test_a_handshake_that_never_completes_ends_within_the_requests_own_timeout() -> None:
+    with socket.socket() as listener:  # accepts (the kernel does), never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        conns = Connections(endpoint(client.Configuration(host=f"https://127.0.0.1:{port}")),
+                            1)
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            conns.request("GET", "/version", None, {}, 0.3)
+        assert time.monotonic() - started < CONNECT_TIMEOUT / 2, \
+            "the request's 0.3 s, not the connect timeout"
