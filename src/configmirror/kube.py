@@ -41,7 +41,7 @@ from configmirror.transport import (
 
 __all__ = ["AUTH_REFRESH", "CONFIGMAPS", "CONNECT_TIMEOUT", "EVENTS", "NAMESPACES",
            "REQUEST_TIMEOUT", "RETRY_AFTER_ATTEMPTS", "RETRY_AFTER_MAX", "SECRETS", "ApiError",
-           "ConfigError", "Failure", "Kube", "Resource", "WatchStream", "classify",
+           "ConfigError", "Failure", "Kube", "Resource", "WatchSilent", "WatchStream", "classify",
            "load_configuration", "resource_of"]
 
 log = logging.getLogger(__name__)
@@ -407,37 +407,57 @@ class Kube:
             self._counts[(verb, resource_of(path), status)] += 1
 
 
+class WatchSilent(Exception):
+    """No byte came on a watch within the time asked; the stream can be read on."""
+
+
 class WatchStream:
     """The events of one watch response, one decoded JSON object per line. A failure while
-    reading (no byte for the read timeout, a broken connection) raises ApiError status 0."""
+    reading (a broken connection; when iterated, no byte for the read timeout) raises
+    ApiError status 0."""
 
     def __init__(self, stream: Stream, read_timeout: float, path: str) -> None:
         self._stream = stream
         self._read_timeout = read_timeout
         self._path = path
+        self._buffer = b""
         self.connection = stream.connection  # local -> remote address, for log lines
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        buffer = b""
-        while chunk := self._read():
-            buffer += chunk
-            while (end := buffer.find(b"\n")) >= 0:
-                line, buffer = buffer[:end], buffer[end + 1:]
+    def next_event(self, timeout: float) -> dict[str, Any] | None:
+        """The next event, or None at the end of the stream; raises WatchSilent when no byte
+        came for `timeout` seconds."""
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line, self._buffer = self._buffer[:end], self._buffer[end + 1:]
                 if line.strip():
-                    yield json.loads(line)
-        if buffer.strip():
-            yield json.loads(buffer)
+                    return cast(dict[str, Any], json.loads(line))
+                continue
+            try:
+                chunk = self._stream.read(timeout)
+            except TimeoutError:
+                raise WatchSilent(f"watch {self._path}: no byte for {timeout:g} s") from None
+            except (OSError, http.client.HTTPException) as err:
+                raise ApiError(0, "ConnectionError", str(err) or type(err).__name__, "watch",
+                               self._path) from None
+            if not chunk:
+                rest, self._buffer = self._buffer, b""
+                return cast(dict[str, Any], json.loads(rest)) if rest.strip() else None
+            self._buffer += chunk
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        while True:
+            try:
+                event = self.next_event(self._read_timeout)
+            except WatchSilent as err:
+                raise ApiError(0, "ConnectionError", str(err), "watch", self._path) from None
+            if event is None:
+                return
+            yield event
 
     def close(self) -> None:
         """End the stream; safe from another thread, where it also unblocks a pending read."""
         self._stream.close()
-
-    def _read(self) -> bytes:
-        try:
-            return self._stream.read(self._read_timeout)
-        except (OSError, http.client.HTTPException) as err:
-            raise ApiError(0, "ConnectionError", str(err) or type(err).__name__, "watch",
-                           self._path) from None
 
 
 def _target(path: str, query: dict[str, Any] | None) -> str:
