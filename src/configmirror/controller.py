@@ -39,6 +39,7 @@ from configmirror.reconcile import (
 from configmirror.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
+OUTAGE_LOG_PERIOD = 60.0  # seconds: at most one outage's lines per period
 
 K = TypeVar("K", bound=Hashable)
 Reconcile = Callable[[K], Result]
@@ -89,8 +90,15 @@ class Controller(Generic[K]):
         self._lock = threading.Lock()
         self._waiting: set[K] = set()
         self._probe: K | None = None
+        # Keys the server told when to come back (Retry-After): not released before then.
+        self._not_before: dict[K, float] = {}
         self._backoff = server_backoff or ServerBackoff()
         self._outage_since: float | None = None
+        # An overloaded server (429s) makes many short outages: their lines are logged at
+        # most once every OUTAGE_LOG_PERIOD; the others are counted into the next line.
+        self._outage_logged = False       # this outage's lines are being logged
+        self._outage_log_at: float | None = None
+        self._outages_unlogged = 0
         self._metrics.max_concurrent_reconciles.labels(name).set(workers)
         # Active workers are the queue's keys in flight, read at scrape time rather than
         # counted up and down (two locks) around every reconcile.
@@ -148,13 +156,21 @@ class Controller(Generic[K]):
             if self._outage_since is None:
                 return
             keys, self._waiting, self._probe = self._waiting, set(), None
+            not_before, self._not_before = self._not_before, {}
             self._backoff.reset()
             since, self._outage_since = self._outage_since, None
-        took = self._clock.now() - since if since is not None else 0.0
-        log.info("controller %s: the API server answers again after %.1f s; retrying %d "
-                 "key(s)", self.name, took, len(keys))
+            logged, self._outage_logged = self._outage_logged, False
+        now = self._clock.now()
+        took = now - since if since is not None else 0.0
+        if logged:
+            log.info("controller %s: the API server answers again after %.1f s; retrying "
+                     "%d key(s)", self.name, took, len(keys))
         for key in keys:
-            self.queue.add(key)
+            wait = not_before.get(key, now) - now
+            if wait > 0:
+                self.queue.add_after(key, wait)
+            else:
+                self.queue.add(key)
 
     # -- one worker ---------------------------------------------------------------------------
 
@@ -234,17 +250,34 @@ class Controller(Generic[K]):
             self._recorder.warning(subject, "ReplicationFailed",
                                    f"giving up until the next change or resync: {err}")
 
+    def _log_this_outage(self, now: float) -> bool:
+        """Whether the outage starting now is logged (its lock held)."""
+        last = self._outage_log_at
+        self._outage_logged = last is None or now - last >= OUTAGE_LOG_PERIOD
+        if self._outage_logged:
+            self._outage_log_at = now
+        else:
+            self._outages_unlogged += 1
+        return self._outage_logged
+
     def _wait_for_server(self, key: K, err: ServerUnavailable) -> None:
         with self._lock:
             self._waiting.add(key)
+            if err.retry_after:
+                self._not_before[key] = self._clock.now() + err.retry_after
             if self._probe is not None and self._probe != key:
                 return  # another key is probing; this one waits for its answer
             self._probe = key
             first = self._outage_since is None
             if first:
                 self._outage_since = self._clock.now()
+                first = self._log_this_outage(self._outage_since)
             delay = max(self._backoff.next(), err.retry_after or 0.0)
+            unlogged, self._outages_unlogged = \
+                (self._outages_unlogged, 0) if first else (0, self._outages_unlogged)
         if first:
             log.warning("controller %s: the API server does not answer (%s); waiting for it "
-                        "(logged once until it answers)", self.name, err)
+                        "(logged once until it answers, and at most once a minute%s)",
+                        self.name, err, f"; {unlogged} shorter outage(s) since the last "
+                        "such line" if unlogged else "")
         self.queue.add_after(key, delay)
