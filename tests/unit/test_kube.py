@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import http.server
 import json
+import logging
+import os
 import socket
+import socketserver
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +22,10 @@ from configmirror.clock import FakeClock
 from configmirror.kube import (
     AUTH_REFRESH,
     CONFIGMAPS,
+    CONNECT_TIMEOUT,
     EVENTS,
     NAMESPACES,
+    REQUEST_TIMEOUT,
     RETRY_AFTER_ATTEMPTS,
     RETRY_AFTER_MAX,
     SECRETS,
@@ -72,7 +77,13 @@ def test_resource_paths() -> None:
     assert CONFIGMAPS.collection("a") == "/api/v1/namespaces/a/configmaps"
     assert CONFIGMAPS.item("a", "b") == "/api/v1/namespaces/a/configmaps/b"
     assert resource_of(CONFIGMAPS.item("a", "b")) == "configmaps"
+    assert resource_of(CONFIGMAPS.collection("a")) == "configmaps"
     assert resource_of("/api/v1/namespaces/a") == "namespaces"
+    assert resource_of("/api/v1/namespaces") == "namespaces"
+    # A namespace named like a resource is still a namespace.
+    assert resource_of("/api/v1/namespaces/secrets") == "namespaces"
+    assert resource_of("/namespaces/secrets") == "namespaces"
+    assert resource_of("/api/v1/namespaces/events/configmaps") == "configmaps"
 
 
 def test_credentials_are_read_from_the_configuration_once_per_refresh_period() -> None:
@@ -313,12 +324,12 @@ def test_close_ends_a_retry_after_wait_at_once(scripted: list[Scripted]) -> None
 def test_the_client_side_limit_spaces_requests_by_the_clock(scripted: list[Scripted]) -> None:
     server = serve(scripted)
     clock = FakeClock()
-    kube = Kube(client.Configuration(host=server.url), qps=2, burst=1, clock=clock)
+    kube = Kube(client.Configuration(host=server.url), qps=1, burst=1, clock=clock)
     try:
         assert create(kube) == {}, "the burst: at once"
         thread, outcome = in_thread(lambda: create(kube))
         wait_for(lambda: clock.waiters() == 1, what="the wait for a turn")
-        clock.step(0.4)
+        clock.step(0.9)
         assert server.requests() == 1, "not before 1/qps"
         clock.step(0.1)
         thread.join(5)
@@ -423,7 +434,7 @@ class Watching:
     error status."""
 
     def __init__(self, chunks: list[bytes], status: int = 200,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, answer: bool = True) -> None:
         self.paths: list[str] = []
         self.release = threading.Event()
         outer = self
@@ -433,6 +444,10 @@ class Watching:
 
             def do_GET(self) -> None:
                 outer.paths.append(self.path)
+                if not answer:
+                    outer.release.wait(10)
+                    self.close_connection = True
+                    return
                 self.send_response(status)
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
@@ -474,17 +489,64 @@ def test_a_watch_yields_one_event_per_line_across_chunks() -> None:
         server.stop()
     assert [e["n"] for e in events] == [1, 2, 3]
     assert server.paths == ["/api/v1/configmaps?resourceVersion=7&watch=true"]
+    assert server.kube.counts() == {("watch", "configmaps", 200): 1}
 
 
-def test_a_watch_refused_is_an_api_error_with_the_servers_reason() -> None:
-    server = Watching([], status=429, headers={"Retry-After": "2"})
+def test_closing_a_watch_closes_its_socket() -> None:
+    server = Watching([b'{"type": "ADDED"}\n'])
     try:
+        before = open_fds()
+        stream = server.kube.watch("/api/v1/configmaps", {}, 5)
+        assert stream.next_event(5) == {"type": "ADDED"}
+        stream.close()
+        server.release.set()  # the server's side of it ends too (a socket of this process)
+        wait_for(lambda: open_fds() == before, what="the watch's socket closed")
+    finally:
+        server.stop()
+
+
+def test_a_watch_whose_server_sends_no_head_gives_up_at_its_read_timeout() -> None:
+    server = Watching([], status=200, headers={}, answer=False)
+    try:
+        thread, outcome = in_thread(lambda: server.kube.watch("/api/v1/configmaps", {}, 0.2))
+        thread.join(5)
+        assert not thread.is_alive(), "0.2 s, not the 30 s of a request"
+        assert isinstance(outcome[0], ApiError) and outcome[0].status == 0
+    finally:
+        server.stop()
+
+
+def test_a_watch_waits_its_turn_under_the_client_side_limit() -> None:
+    server = Watching([b'{"type": "ADDED"}\n'])
+    clock = FakeClock()
+    kube = Kube(client.Configuration(host=server.local.url), qps=1, burst=1, clock=clock)
+    try:
+        thread, outcome = in_thread(lambda: (kube.watch("/a", {}, 5), kube.watch("/b", {}, 5)))
+        wait_for(lambda: clock.waiters() == 1, what="the second watch to wait its turn")
+        assert server.paths == ["/a?watch=true"]
+        clock.step(1.0)
+        thread.join(5)
+        assert server.paths == ["/a?watch=true", "/b?watch=true"]
+        for stream in outcome[0]:
+            stream.close()
+    finally:
+        kube.close()
+        server.stop()
+
+
+@pytest.mark.parametrize("status", [400, 429])
+def test_a_watch_refused_is_an_api_error_with_the_servers_reason_and_its_socket_closed(
+        status: int) -> None:
+    server = Watching([], status=status, headers={"Retry-After": "2"})
+    try:
+        before = open_fds()
         with pytest.raises(ApiError) as raised:
             server.kube.watch("/api/v1/configmaps", {}, 5)
+        wait_for(lambda: open_fds() == before, what="the refused watch's socket closed")
     finally:
         server.stop()
     assert (raised.value.status, raised.value.reason, raised.value.retry_after) == \
-        (429, "TooManyRequests", 2.0)
+        (status, "TooManyRequests", 2.0)
     assert raised.value.verb == "watch"
 
 
@@ -571,3 +633,114 @@ def test_in_a_pod_without_its_files_the_in_cluster_load_is_refused(
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     with pytest.raises(ConfigError, match="cannot load the in-cluster configuration"):
         load_configuration()
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_the_limits_are_the_documented_ones() -> None:
+    """Changing one is a decision: the README, DESIGN.md and the reasons in kube.py say why
+    they are what they are."""
+    assert (REQUEST_TIMEOUT, CONNECT_TIMEOUT) == (30.0, 10.0)
+    assert (RETRY_AFTER_ATTEMPTS, RETRY_AFTER_MAX, AUTH_REFRESH) == (3, 10.0, 1.0)
+
+
+def test_the_client_side_limit_lets_a_burst_through_at_once(scripted: list[Scripted]) -> None:
+    server = serve(scripted)
+    clock = FakeClock()
+    kube = Kube(client.Configuration(host=server.url), qps=1, burst=2, clock=clock)
+    try:
+        assert create(kube) == {} and create(kube) == {}, "the burst of 2, at once"
+        thread, outcome = in_thread(lambda: create(kube))
+        wait_for(lambda: clock.waiters() == 1, what="the third to wait its turn")
+        clock.step(0.9)
+        assert server.requests() == 2
+        clock.step(0.1)
+        thread.join(5)
+        assert outcome == [{}] and server.requests() == 3
+    finally:
+        kube.close()
+
+
+def test_close_closes_the_idle_connections(scripted: list[Scripted]) -> None:
+    server = serve(scripted)
+    kube = Kube(client.Configuration(host=server.url))
+    create(kube)
+    before = open_fds()
+    kube.close()
+    wait_for(lambda: open_fds() < before, what="the idle connection closed")
+
+
+def test_no_answer_says_what_the_system_said(scripted: list[Scripted]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kube = Kube(client.Configuration(host=f"http://127.0.0.1:{port}"))
+    try:
+        for call in (lambda: create(kube), lambda: kube.watch("/api/v1/configmaps", {}, 5)):
+            with pytest.raises(ApiError) as raised:
+                call()
+            assert "Connection refused" in raised.value.message
+    finally:
+        kube.close()
+
+
+def test_a_watch_broken_mid_stream_says_what_broke_it() -> None:
+    class Broken(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(65536)
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                 b"5\r\nxx")  # a chunk cut short, then the end
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Broken)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    kube = Kube(client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}"))
+    try:
+        stream = kube.watch("/api/v1/configmaps", {}, 5)
+        with pytest.raises(ApiError) as raised:
+            stream.next_event(5)
+        stream.close()
+    finally:
+        kube.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+    assert raised.value.status == 0 and "3 more expected" in raised.value.message
+
+
+def test_an_exec_plugin_that_gives_a_token_is_used(tmp_path: Path) -> None:
+    plugin = tmp_path / "credential"
+    plugin.write_text("#!/bin/sh\necho '" + json.dumps({
+        "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+        "status": {"token": "from-exec"}}) + "'\n")
+    plugin.chmod(0o755)
+    config = write_kubeconfig(tmp_path / "k", {"one": "http://127.0.0.1:1"}, user={
+        "exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin),
+                 "interactiveMode": "Never"}})
+    loaded = load_configuration(config)
+    assert loaded.api_key["BearerToken"] == "Bearer from-exec"
+
+
+def test_a_user_with_no_credentials_loads(tmp_path: Path) -> None:
+    config = write_kubeconfig(tmp_path / "k", {"one": "http://127.0.0.1:1"}, user={"a": 1})
+    assert load_configuration(config).host == "http://127.0.0.1:1"
+
+
+def test_a_plain_http_server_logs_no_tls_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = write_kubeconfig(tmp_path / "k", {"one": "http://127.0.0.1:1"})
+    with caplog.at_level(logging.WARNING):
+        load_configuration(config)
+    assert caplog.records == []
+
+
+def test_a_proxy_from_the_environment_that_cannot_be_used_is_named_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write_kubeconfig(tmp_path / "k", {"one": "https://127.0.0.1:1"})
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with pytest.raises(ConfigError, match=r"the proxy from the environment \(HTTPS_PROXY"):
+        load_configuration(config)

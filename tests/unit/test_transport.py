@@ -9,9 +9,11 @@ import http.client
 import http.server
 import json
 import logging
+import os
 import select
 import socket
 import socketserver
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +29,9 @@ from configmirror.transport import (
     MAX_HEADERS,
     MAX_LINE,
     Connections,
+    Stream,
     UnsupportedSetting,
+    _Connection,
     _Reader,
     endpoint,
 )
@@ -73,6 +77,9 @@ def answer(raw: bytes, method: str = "GET") -> tuple[Any, bool, bytes]:
      False),
     (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", b"{}", False),
     (b"HTTP/1.1 200 OK\r\n\r\n{\"until\": \"the end\"}", b'{"until": "the end"}', False),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1a\r\n" + b"z" * 26
+     + b"\r\n0\r\n\r\n", b"z" * 26, True),                                  # hex sizes
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello, world", b"hello, world", True),
     (b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}", b"{}", True),           # bare LF lines
     (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n", b"", True),  # 204: no body
     (b"HTTP/1.1 304 Not Modified\r\n\r\n", b"", True),
@@ -149,7 +156,8 @@ def test_more_headers_than_the_limit_are_refused() -> None:
 
 class Server:
     """A local plain-HTTP/1.1 server. POST answers `{}`; GET /hang sends nothing until the
-    test ends; GET /stream sends a chunk per `send()`; GET /close answers and closes."""
+    test ends, /half half a head; /stream sends a chunk per `send()`; /close answers and
+    closes; /drop closes without an answer; /extra sends more than its answer."""
 
     def __init__(self) -> None:
         self.ports: list[int] = []
@@ -188,6 +196,12 @@ class Server:
                     self.wfile.flush()
                     outer.released.wait(10)
                     self.close_connection = True
+                    return
+                if self.path == "/drop":  # hangs up without a word
+                    self.close_connection = True
+                    return
+                if self.path == "/extra":  # an answer, and bytes nobody asked for
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}junk")
                     return
                 if self.path == "/close":
                     self.send_response(200)
@@ -271,12 +285,72 @@ def test_an_idle_connection_the_server_closed_is_replaced_before_use(
     assert len(set(server.ports)) == 2
 
 
-def test_an_answer_that_says_close_is_not_reused(
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_an_answer_that_says_close_is_not_reused_and_its_socket_is_closed(
         server: Server, connections: Connections) -> None:
+    before = open_fds()
     assert connections.request("GET", "/close", None, {}, 5).data == b"{}"
     assert connections.idle() == 0
+    # (the server's side of it is a socket of this process too, closed by its own thread)
+    wait_for(lambda: open_fds() == before, what="the socket closed, not left to the GC")
     post(connections)
     assert len(set(server.ports)) == 2
+
+
+def test_a_connection_with_bytes_left_after_its_answer_is_not_reused(
+        server: Server, connections: Connections) -> None:
+    before = open_fds()
+    assert connections.request("GET", "/extra", None, {}, 5).data == b"{}"
+    assert connections.idle() == 0
+    wait_for(lambda: open_fds() == before, what="the socket closed")
+
+
+def test_a_failed_request_closes_its_connection(
+        server: Server, connections: Connections) -> None:
+    post(connections)
+    conn = connections._idle[-1]
+    with pytest.raises(http.client.RemoteDisconnected):
+        connections.request("GET", "/drop", None, {}, 5)
+    assert conn.sock.fileno() == -1
+
+
+def test_an_idle_connection_found_closed_is_closed_here_too(
+        server: Server, connections: Connections) -> None:
+    server.hang_up_next = True
+    post(connections)
+    assert server.hung_up.wait(5)
+    conn = connections._idle[-1]
+    post(connections)
+    assert conn.sock.fileno() == -1
+
+
+def test_a_reused_connection_gets_the_next_requests_timeout(
+        server: Server, connections: Connections) -> None:
+    connections.request("POST", "/a", b"{}", {}, 5)
+    connections.request("POST", "/a", b"{}", {}, 7)
+    assert connections._idle[-1].sock.gettimeout() == 7
+
+
+def test_a_connection_that_ended_without_an_answer_keeps_the_other_idle_ones(
+        server: Server, connections: Connections) -> None:
+    two_idle_connections(connections)
+    with pytest.raises(http.client.RemoteDisconnected):
+        connections.request("GET", "/drop", None, {}, 5)
+    assert connections.idle() == 1, "only a silent one says the others may be silent"
+
+
+def test_closed_connections_keep_nothing_idle(
+        server: Server, connections: Connections) -> None:
+    post(connections)
+    before = open_fds()
+    connections.close()
+    assert connections.idle() == 0
+    wait_for(lambda: open_fds() < before, what="the idle socket closed")
+    post(connections)  # still works, on a connection of its own
+    assert connections.idle() == 0, "nothing is kept once closed"
 
 
 def test_at_most_maxsize_idle_connections_are_kept(server: Server) -> None:
@@ -396,12 +470,8 @@ def test_closing_a_stream_from_another_thread_ends_a_read_blocked_on_it(
 def test_a_stream_framed_by_its_length_ends_there() -> None:
     ours, theirs = socket.socketpair()
     try:
-        theirs.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
-        from configmirror.transport import Stream, _Connection
-        conn = _Connection(ours, 5)
-        status, reason, fields = conn.reader.head()
-        stream = Stream(conn, "GET", status, reason, fields)
-        assert stream.read_all(5) == b"hello"
+        theirs.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello, world")
+        assert stream_of(ours).read_all(5) == b"hello, world"
     finally:
         theirs.close()
         ours.close()
@@ -537,8 +607,10 @@ def test_a_client_key_with_a_password_is_refused_at_start_without_asking_for_it(
                                    "certificate-authority": str(pki.ca)}, user)
     with pytest.raises(ConfigError) as raised:
         load_configuration(config)
-    assert f"user the-user: {field}: " in str(raised.value)
-    assert "encrypted" in str(raised.value)
+    assert f"user the-user: {field}: the client key " in str(raised.value)
+    assert "is encrypted, and a kubeconfig cannot give its password" in str(raised.value)
+    if form == "files":
+        assert f"the client key {pki.encrypted_client_key} is encrypted" in str(raised.value)
 
 
 def test_a_client_key_that_does_not_match_its_certificate_is_refused_at_start(
@@ -703,8 +775,9 @@ def test_a_proxy_it_cannot_use_is_refused_at_start_naming_the_field(
     with pytest.raises(ConfigError) as raised:
         load_configuration(config)
     message = str(raised.value)
-    assert "context behind-proxy" in message and "cluster the-cluster: proxy-url" in message
-    assert "only http:// proxies" in message
+    assert message == (f"{config} (context behind-proxy): cluster the-cluster: proxy-url: "
+                       f"the proxy {url}: only http:// proxies are supported, not "
+                       f"{url.split('://', maxsplit=1)[0]}://")
 
 
 def test_a_proxy_password_never_appears_in_a_message(tmp_path: Path) -> None:
@@ -730,8 +803,10 @@ def test_a_proxy_that_refuses_the_tunnel_is_a_connection_error(
             "server": f"https://127.0.0.1:{tls_server.port}",
             "certificate-authority": str(pki.ca),
             "proxy-url": f"http://127.0.0.1:{refusing.server_address[1]}"})
-        with pytest.raises(ApiError, match=r"refused a tunnel .* 403 Forbidden"):
+        with pytest.raises(ApiError) as raised:
             get(config)
+        assert (f"the proxy 127.0.0.1:{refusing.server_address[1]} refused a tunnel to "
+                f"127.0.0.1:{tls_server.port}: 403 Forbidden") in str(raised.value)
     finally:
         refusing.shutdown()
         refusing.server_close()
@@ -750,3 +825,254 @@ def test_a_handshake_that_never_completes_ends_within_the_requests_own_timeout()
             conns.request("GET", "/version", None, {}, 0.3)
         assert time.monotonic() - started < CONNECT_TIMEOUT / 2, \
             "the request's 0.3 s, not the connect timeout"
+
+
+def test_the_head_limits_are_http_clients() -> None:
+    assert (MAX_LINE, MAX_HEADERS) == (http.client._MAXLINE,  # type: ignore[attr-defined]
+                                       http.client._MAXHEADERS)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("host", "address", "header"), [
+    ("https://api.example", ("api.example", 443), "api.example"),
+    ("http://api.example", ("api.example", 80), "api.example"),
+    ("https://user@api.example:6443/", ("api.example", 6443), "api.example:6443"),
+])
+def test_the_endpoint_is_the_servers_address_with_the_schemes_default_port(
+        host: str, address: tuple[str, int], header: str) -> None:
+    target = endpoint(client.Configuration(host=host))
+    assert (target.address, target.host_header) == (address, header)
+    assert (target.tls is not None) == host.startswith("https")
+
+
+def test_an_unsupported_setting_says_only_its_message() -> None:
+    err = UnsupportedSetting("proxy", "only http:// proxies are supported")
+    assert (str(err), err.setting) == ("only http:// proxies are supported", "proxy")
+
+
+def test_a_ca_that_is_a_directory_is_refused_by_the_transport_too(pki: Pki) -> None:
+    configuration = client.Configuration(host="https://127.0.0.1:1")
+    configuration.ssl_ca_cert = str(pki.ca.parent)
+    with pytest.raises(UnsupportedSetting, match="is a directory") as raised:
+        endpoint(configuration)
+    assert raised.value.setting == "ssl_ca_cert"
+
+
+def test_ca_data_given_to_the_configuration_verifies_the_server(
+        tls_server: TLSServer, pki: Pki) -> None:
+    configuration = client.Configuration(host=f"https://127.0.0.1:{tls_server.port}")
+    configuration.ca_cert_data = pki.ca.read_text()
+    kube = Kube(configuration)
+    try:
+        assert kube.request("get", "/version") == {"client": None}
+    finally:
+        kube.close()
+    configuration.ca_cert_data = b"not a certificate"
+    with pytest.raises(UnsupportedSetting, match="no usable certificate") as raised:
+        endpoint(configuration)
+    assert raised.value.setting == "ca_cert_data"
+
+
+def stream_of(sock: socket.socket, method: str = "GET") -> Stream:
+    """The Stream of the answer `sock` is receiving (its head read here)."""
+    sock.settimeout(5)
+    conn = _Connection(sock, 5)
+    status, reason, fields = conn.reader.head()
+    return Stream(conn, method, status, reason, fields)
+
+
+def test_a_stream_with_no_body_ends_at_once() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+        assert stream_of(ours).read(5) == b""
+    finally:
+        theirs.close()
+        ours.close()
+
+
+def test_a_stream_that_ends_with_its_connection_is_read_to_the_end() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"HTTP/1.1 200 OK\r\n\r\nuntil the end")
+        theirs.shutdown(socket.SHUT_WR)
+        stream = stream_of(ours)
+        assert stream.read_all(5) == b"until the end"
+        assert stream.read(5) == b""
+    finally:
+        theirs.close()
+        ours.close()
+
+
+@pytest.mark.parametrize("raw", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nhello",
+])
+def test_a_stream_cut_short_is_an_http_error(raw: bytes) -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(raw)
+        theirs.shutdown(socket.SHUT_WR)
+        with pytest.raises(http.client.IncompleteRead):
+            stream_of(ours).read_all(5)
+    finally:
+        theirs.close()
+        ours.close()
+
+
+def test_a_stream_read_uses_the_timeout_it_is_given() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        stream = stream_of(ours)
+        with pytest.raises(TimeoutError):
+            stream.read(0.05)
+        assert stream._conn.sock.gettimeout() == 0.05
+    finally:
+        theirs.close()
+        ours.close()
+
+
+def test_a_stream_names_its_connection_by_both_addresses(
+        server: Server, connections: Connections) -> None:
+    stream = connections.stream("GET", "/stream", {}, 5)
+    try:
+        local, _, peer = stream.connection.partition(" -> ")
+        assert peer == f"127.0.0.1:{server.local.server.server_address[1]}"
+        assert local.startswith("127.0.0.1:") and local != peer
+    finally:
+        stream.close()
+
+
+def test_a_line_is_returned_as_soon_as_its_end_arrives() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        ours.settimeout(1)
+        theirs.sendall(b"\nHTTP/1.1")  # a bare LF first in what one recv brings
+        reader = _Reader(ours)
+        assert reader.line() == b"\n"
+    finally:
+        theirs.close()
+        ours.close()
+
+
+def test_a_large_body_cut_short_says_how_much_is_missing() -> None:
+    size = 3 << 20
+    with pytest.raises(http.client.IncompleteRead) as raised:
+        answer(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * (1 << 20))
+    assert raised.value.expected == size - (1 << 20)
+    assert len(raised.value.partial) == 1 << 20
+
+
+def test_a_client_key_without_its_certificate_is_refused(pki: Pki) -> None:
+    configuration = client.Configuration(host="https://127.0.0.1:1")
+    configuration.key_file = str(pki.client_key)
+    with pytest.raises(UnsupportedSetting, match="without a client certificate") as raised:
+        endpoint(configuration)
+    assert raised.value.setting == "cert_file"
+
+
+def test_assert_hostname_false_verifies_the_ca_but_not_the_name(
+        tls_server: TLSServer, pki: Pki) -> None:
+    configuration = client.Configuration(host=f"https://localhost:{tls_server.port}")
+    configuration.ssl_ca_cert = str(pki.ca)
+    configuration.assert_hostname = False
+    target = endpoint(configuration)
+    assert target.tls is not None and not target.tls.check_hostname
+    assert target.tls.verify_mode == ssl.CERT_REQUIRED
+    kube = Kube(configuration)
+    try:
+        assert kube.request("get", "/version")  # localhost: not in the certificate
+    finally:
+        kube.close()
+
+
+@pytest.mark.parametrize(("url", "address", "authorization"), [
+    ("http://127.0.0.1", ("127.0.0.1", 80), None),
+    ("127.0.0.1:3128", ("127.0.0.1", 3128), None),
+    ("http://me@127.0.0.1:3128", ("127.0.0.1", 3128),
+     "Basic " + base64.b64encode(b"me:").decode()),
+])
+def test_a_proxy_url_is_read_as_http_clients_read_it(
+        url: str, address: tuple[str, int], authorization: str | None) -> None:
+    configuration = client.Configuration(host="https://api.example")
+    configuration.proxy = url
+    configuration.proxy_headers = {"X-Proxy-Token": "abc"}
+    proxy = endpoint(configuration).proxy
+    assert proxy is not None
+    assert (proxy.address, proxy.authorization) == (address, authorization)
+    assert proxy.headers == (("X-Proxy-Token", "abc"),)
+
+
+def test_a_proxy_url_without_a_host_is_refused() -> None:
+    configuration = client.Configuration(host="https://api.example")
+    configuration.proxy = "http://:3128"
+    with pytest.raises(UnsupportedSetting, match="names no host"):
+        endpoint(configuration)
+
+
+def test_the_proxys_headers_go_with_the_tunnel_request(
+        tls_server: TLSServer, pki: Pki, proxy: ConnectProxy) -> None:
+    configuration = client.Configuration(host=f"https://127.0.0.1:{tls_server.port}")
+    configuration.ssl_ca_cert = str(pki.ca)
+    configuration.proxy = proxy.url
+    configuration.proxy_headers = {"X-Proxy-Token": "abc"}
+    kube = Kube(configuration)
+    try:
+        assert kube.request("get", "/version")
+    finally:
+        kube.close()
+    assert "X-Proxy-Token: abc\r\n" in proxy.heads[0]
+    assert "Proxy-Authorization" not in proxy.heads[0]
+
+
+def test_a_plain_http_server_through_a_proxy_is_asked_by_its_absolute_url() -> None:
+    heads: list[bytes] = []
+
+    class Proxy(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            heads.append(self.request.recv(4096))
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    proxy_server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Proxy)
+    thread = threading.Thread(target=proxy_server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        configuration = client.Configuration(host="http://api.example:8080")
+        configuration.proxy = f"http://127.0.0.1:{proxy_server.server_address[1]}"
+        kube = Kube(configuration)
+        try:
+            assert kube.request("get", "/version") == {}
+        finally:
+            kube.close()
+    finally:
+        proxy_server.shutdown()
+        proxy_server.server_close()
+        thread.join(5)
+    assert heads[0].startswith(b"GET http://api.example:8080/version HTTP/1.1\r\n")
+    assert b"\r\nHost: api.example:8080\r\n" in heads[0]
+
+
+def test_a_proxy_that_sends_more_than_its_tunnel_answer_is_an_error(
+        tls_server: TLSServer, pki: Pki) -> None:
+    class Chatty(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(4096)
+            self.request.sendall(b"HTTP/1.1 200 Connection established\r\n\r\nsurprise")
+
+    chatty = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Chatty)
+    thread = threading.Thread(target=chatty.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        configuration = client.Configuration(host=f"https://127.0.0.1:{tls_server.port}")
+        configuration.ssl_ca_cert = str(pki.ca)
+        configuration.proxy = f"http://127.0.0.1:{chatty.server_address[1]}"
+        kube = Kube(configuration)
+        try:
+            with pytest.raises(ApiError, match="bytes after accepting the tunnel"):
+                kube.request("get", "/version")
+        finally:
+            kube.close()
+    finally:
+        chatty.shutdown()
+        chatty.server_close()
+        thread.join(5)
