@@ -10,4 +10,9 @@
 - `node`: a real single-node cluster from plain processes (kubelet, containerd, kube-proxy,
   scheduler, controller-manager), and `nodehost`: what it changes on the machine, undone
 - `deployed`: an operator a cluster runs (its rollout, leader and /metrics, via the API)
+- `faultproxy`: a TCP proxy on 127.0.0.1 that drops, resets, delays and black-holes
+  connections on demand; `overload`: API Priority and Fairness objects that leave one
+  ServiceAccount a single seat (429 for the rest)
+- `certs`: a CA, server and client certificates (and an encrypted key) made by a test
+- `localserver`: a test's own HTTP(S) server on 127.0.0.1
 """
