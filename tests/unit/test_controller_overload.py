@@ -10,19 +10,11 @@ import threading
 import pytest
 
 from configmirror.clock import FakeClock
-from configmirror.controller import OUTAGE_LOG_PERIOD, Controller, ServerBackoff
+from configmirror.controller import OUTAGE_LOG_PERIOD, Controller
 from configmirror.reconcile import Result, ServerUnavailable
 from configmirror.workqueue import WorkQueue
 from configmirror_testing.wait import wait_for
-
-
-class FixedBackoff(ServerBackoff):
-    def __init__(self, delay: float) -> None:
-        super().__init__()
-        self._delay = delay
-
-    def next(self) -> float:
-        return self._delay
+from tests.unit.test_controller import FixedBackoff
 
 
 def test_a_key_told_to_retry_later_is_released_then_and_the_others_at_once() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import socket
 import socketserver
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from configmirror_testing.faultproxy import FaultProxy
+from configmirror_testing.localserver import RawServer
 from configmirror_testing.wait import wait_for
 
 
@@ -23,18 +23,8 @@ class Echo(socketserver.BaseRequestHandler):
 
 @pytest.fixture
 def proxy() -> Iterator[FaultProxy]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Echo)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    running = FaultProxy(("127.0.0.1", server.server_address[1])).start()
-    try:
+    with RawServer(Echo) as server, FaultProxy(("127.0.0.1", server.port)) as running:
         yield running
-    finally:
-        running.stop()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def connect(proxy: FaultProxy) -> socket.socket:

@@ -37,7 +37,7 @@ from configmirror.kube import (
     load_configuration,
     resource_of,
 )
-from configmirror_testing.localserver import LocalServer
+from configmirror_testing.localserver import LocalServer, RawServer, no_unclosed_sockets
 from configmirror_testing.wait import wait_for
 
 
@@ -508,8 +508,10 @@ def test_closing_a_watch_closes_its_socket() -> None:
 def test_a_watch_whose_server_sends_no_head_gives_up_at_its_read_timeout() -> None:
     server = Watching([], status=200, headers={}, answer=False)
     try:
-        thread, outcome = in_thread(lambda: server.kube.watch("/api/v1/configmaps", {}, 0.2))
-        thread.join(5)
+        with no_unclosed_sockets():
+            thread, outcome = in_thread(
+                lambda: server.kube.watch("/api/v1/configmaps", {}, 0.2))
+            thread.join(5)
         assert not thread.is_alive(), "0.2 s, not the 30 s of a request"
         assert isinstance(outcome[0], ApiError) and outcome[0].status == 0
     finally:
@@ -693,20 +695,15 @@ def test_a_watch_broken_mid_stream_says_what_broke_it() -> None:
             self.request.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
                                  b"5\r\nxx")  # a chunk cut short, then the end
 
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Broken)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    kube = Kube(client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}"))
-    try:
-        stream = kube.watch("/api/v1/configmaps", {}, 5)
-        with pytest.raises(ApiError) as raised:
-            stream.next_event(5)
-        stream.close()
-    finally:
-        kube.close()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with RawServer(Broken) as server:
+        kube = Kube(client.Configuration(host=f"http://127.0.0.1:{server.port}"))
+        try:
+            stream = kube.watch("/api/v1/configmaps", {}, 5)
+            with pytest.raises(ApiError) as raised:
+                stream.next_event(5)
+            stream.close()
+        finally:
+            kube.close()
     assert raised.value.status == 0 and "3 more expected" in raised.value.message
 
 

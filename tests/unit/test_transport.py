@@ -36,7 +36,7 @@ from configmirror.transport import (
     endpoint,
 )
 from configmirror_testing.certs import CLIENT_NAME, SERVER_NAME, Pki, make_pki
-from configmirror_testing.localserver import LocalServer
+from configmirror_testing.localserver import LocalServer, RawServer, no_unclosed_sockets
 from configmirror_testing.wait import wait_for
 
 # -- framing: an answer's bytes, written by hand to one end of a socket pair ---------------------
@@ -292,7 +292,8 @@ def open_fds() -> int:
 def test_an_answer_that_says_close_is_not_reused_and_its_socket_is_closed(
         server: Server, connections: Connections) -> None:
     before = open_fds()
-    assert connections.request("GET", "/close", None, {}, 5).data == b"{}"
+    with no_unclosed_sockets():
+        assert connections.request("GET", "/close", None, {}, 5).data == b"{}"
     assert connections.idle() == 0
     # (the server's side of it is a socket of this process too, closed by its own thread)
     wait_for(lambda: open_fds() == before, what="the socket closed, not left to the GC")
@@ -303,7 +304,8 @@ def test_an_answer_that_says_close_is_not_reused_and_its_socket_is_closed(
 def test_a_connection_with_bytes_left_after_its_answer_is_not_reused(
         server: Server, connections: Connections) -> None:
     before = open_fds()
-    assert connections.request("GET", "/extra", None, {}, 5).data == b"{}"
+    with no_unclosed_sockets():
+        assert connections.request("GET", "/extra", None, {}, 5).data == b"{}"
     assert connections.idle() == 0
     wait_for(lambda: open_fds() == before, what="the socket closed")
 
@@ -357,10 +359,11 @@ def test_at_most_maxsize_idle_connections_are_kept(server: Server) -> None:
     conns = Connections(endpoint(client.Configuration(host=server.url)), maxsize=1)
     try:
         threads = [threading.Thread(target=post, args=(conns, "/together")) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(10)
+        with no_unclosed_sockets():
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(10)
         assert len(set(server.ports)) == 2, "two requests at once: two connections"
         assert conns.idle() == 1
     finally:
@@ -553,7 +556,8 @@ def test_tls_verifies_the_server_against_the_ca_file(
         tls_server: TLSServer, pki: Pki, tmp_path: Path) -> None:
     server = f"https://127.0.0.1:{tls_server.port}"
     assert get(kubeconfig(tmp_path, {"server": server, "certificate-authority": str(pki.ca)}))
-    with pytest.raises(ApiError, match="CERTIFICATE_VERIFY_FAILED") as raised:
+    with no_unclosed_sockets(), pytest.raises(ApiError, match="CERTIFICATE_VERIFY_FAILED") \
+            as raised:
         get(kubeconfig(tmp_path, {"server": server,
                                   "certificate-authority": str(pki.other_ca)}))
     assert raised.value.status == 0
@@ -707,17 +711,11 @@ class ConnectProxy:
                     self.request.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
                     pipe(self.request, upstream)
 
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05})
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.raw = RawServer(Handler)
+        self.url = f"http://127.0.0.1:{self.raw.port}"
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+        self.raw.stop()
 
 
 def pipe(a: socket.socket, b: socket.socket) -> None:
@@ -795,22 +793,15 @@ def test_a_proxy_that_refuses_the_tunnel_is_a_connection_error(
             self.request.recv(4096)
             self.request.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
 
-    refusing = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Refusing)
-    thread = threading.Thread(target=refusing.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with RawServer(Refusing) as refusing:
         config = kubeconfig(tmp_path, {
             "server": f"https://127.0.0.1:{tls_server.port}",
             "certificate-authority": str(pki.ca),
-            "proxy-url": f"http://127.0.0.1:{refusing.server_address[1]}"})
+            "proxy-url": f"http://127.0.0.1:{refusing.port}"})
         with pytest.raises(ApiError) as raised:
             get(config)
-        assert (f"the proxy 127.0.0.1:{refusing.server_address[1]} refused a tunnel to "
-                f"127.0.0.1:{tls_server.port}: 403 Forbidden") in str(raised.value)
-    finally:
-        refusing.shutdown()
-        refusing.server_close()
-        thread.join(5)
+    assert (f"the proxy 127.0.0.1:{refusing.port} refused a tunnel to "
+            f"127.0.0.1:{tls_server.port}: 403 Forbidden") in str(raised.value)
 
 
 def test_a_handshake_that_never_completes_ends_within_the_requests_own_timeout() -> None:
@@ -821,7 +812,7 @@ def test_a_handshake_that_never_completes_ends_within_the_requests_own_timeout()
         conns = Connections(endpoint(client.Configuration(host=f"https://127.0.0.1:{port}")),
                             1)
         started = time.monotonic()
-        with pytest.raises(TimeoutError):
+        with no_unclosed_sockets(), pytest.raises(TimeoutError):
             conns.request("GET", "/version", None, {}, 0.3)
         assert time.monotonic() - started < CONNECT_TIMEOUT / 2, \
             "the request's 0.3 s, not the connect timeout"
@@ -1033,21 +1024,14 @@ def test_a_plain_http_server_through_a_proxy_is_asked_by_its_absolute_url() -> N
             heads.append(self.request.recv(4096))
             self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
 
-    proxy_server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Proxy)
-    thread = threading.Thread(target=proxy_server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with RawServer(Proxy) as proxy_server:
         configuration = client.Configuration(host="http://api.example:8080")
-        configuration.proxy = f"http://127.0.0.1:{proxy_server.server_address[1]}"
+        configuration.proxy = f"http://127.0.0.1:{proxy_server.port}"
         kube = Kube(configuration)
         try:
             assert kube.request("get", "/version") == {}
         finally:
             kube.close()
-    finally:
-        proxy_server.shutdown()
-        proxy_server.server_close()
-        thread.join(5)
     assert heads[0].startswith(b"GET http://api.example:8080/version HTTP/1.1\r\n")
     assert b"\r\nHost: api.example:8080\r\n" in heads[0]
 
@@ -1059,20 +1043,13 @@ def test_a_proxy_that_sends_more_than_its_tunnel_answer_is_an_error(
             self.request.recv(4096)
             self.request.sendall(b"HTTP/1.1 200 Connection established\r\n\r\nsurprise")
 
-    chatty = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Chatty)
-    thread = threading.Thread(target=chatty.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with RawServer(Chatty) as chatty:
         configuration = client.Configuration(host=f"https://127.0.0.1:{tls_server.port}")
         configuration.ssl_ca_cert = str(pki.ca)
-        configuration.proxy = f"http://127.0.0.1:{chatty.server_address[1]}"
+        configuration.proxy = f"http://127.0.0.1:{chatty.port}"
         kube = Kube(configuration)
         try:
             with pytest.raises(ApiError, match="bytes after accepting the tunnel"):
                 kube.request("get", "/version")
         finally:
             kube.close()
-    finally:
-        chatty.shutdown()
-        chatty.server_close()
-        thread.join(5)
