@@ -11,9 +11,11 @@ reconcileHandler):
   until its next change (a Warning Event says so).
 - TerminalError (forbidden, invalid): forget it; it was reported where it happened.
 - ServerUnavailable (no answer, 429, 5xx): not the key's fault, so it never counts toward
-  giving up. The key waits, with every other key that met the outage, while one of them
-  probes the server with backoff capped at 30 s. The first sign that the server answers
-  again (a write, any API answer, an informer that reconnects) releases them all at once.
+  giving up. One the server said when to retry (Retry-After: API Priority and Fairness's
+  429, a 503) is an answer: that key alone is retried after that long, as client-go retries
+  each request. Otherwise the key waits, with every other key that met the outage, while one
+  of them probes the server with backoff capped at 30 s. The first sign that the server
+  answers again (a write, any API answer, an informer that reconnects) releases them all.
 - anything else is a bug: traceback in the log, a counted panic, and a retry like a conflict.
 """
 
@@ -39,7 +41,7 @@ from configmirror.reconcile import (
 from configmirror.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
-OUTAGE_LOG_PERIOD = 60.0  # seconds: at most one outage's lines per period
+RETRY_AFTER_FLOOR = 1.0  # seconds: a Retry-After of 0 is no reason for a hot loop
 
 K = TypeVar("K", bound=Hashable)
 Reconcile = Callable[[K], Result]
@@ -90,15 +92,8 @@ class Controller(Generic[K]):
         self._lock = threading.Lock()
         self._waiting: set[K] = set()
         self._probe: K | None = None
-        # Keys the server told when to come back (Retry-After): not released before then.
-        self._not_before: dict[K, float] = {}
         self._backoff = server_backoff or ServerBackoff()
         self._outage_since: float | None = None
-        # An overloaded server (429s) makes many short outages: their lines are logged at
-        # most once every OUTAGE_LOG_PERIOD; the others are counted into the next line.
-        self._outage_logged = False       # this outage's lines are being logged
-        self._outage_log_at: float | None = None
-        self._outages_unlogged = 0
         self._metrics.max_concurrent_reconciles.labels(name).set(workers)
         # Active workers are the queue's keys in flight, read at scrape time rather than
         # counted up and down (two locks) around every reconcile.
@@ -156,21 +151,13 @@ class Controller(Generic[K]):
             if self._outage_since is None:
                 return
             keys, self._waiting, self._probe = self._waiting, set(), None
-            not_before, self._not_before = self._not_before, {}
             self._backoff.reset()
             since, self._outage_since = self._outage_since, None
-            logged, self._outage_logged = self._outage_logged, False
-        now = self._clock.now()
-        took = now - since if since is not None else 0.0
-        if logged:
-            log.info("controller %s: the API server answers again after %.1f s; retrying "
-                     "%d key(s)", self.name, took, len(keys))
+        took = self._clock.now() - since if since is not None else 0.0
+        log.info("controller %s: the API server answers again after %.1f s; retrying %d "
+                 "key(s)", self.name, took, len(keys))
         for key in keys:
-            wait = not_before.get(key, now) - now
-            if wait > 0:
-                self.queue.add_after(key, wait)
-            else:
-                self.queue.add(key)
+            self.queue.add(key)
 
     # -- one worker ---------------------------------------------------------------------------
 
@@ -203,6 +190,11 @@ class Controller(Generic[K]):
         except ServerUnavailable as err:
             self._metrics.reconcile_errors.labels(self.name).inc()
             counted["error"].inc()
+            if err.retry_after is not None:
+                # The server answered, overloaded, and said when: an outage's probe and a
+                # release of every waiting key at its first success would ignore that.
+                self.queue.add_after(key, max(err.retry_after, RETRY_AFTER_FLOOR))
+                return
             self._wait_for_server(key, err)
             return
         except Exception as err:
@@ -250,34 +242,17 @@ class Controller(Generic[K]):
             self._recorder.warning(subject, "ReplicationFailed",
                                    f"giving up until the next change or resync: {err}")
 
-    def _log_this_outage(self, now: float) -> bool:
-        """Whether the outage starting now is logged (its lock held)."""
-        last = self._outage_log_at
-        self._outage_logged = last is None or now - last >= OUTAGE_LOG_PERIOD
-        if self._outage_logged:
-            self._outage_log_at = now
-        else:
-            self._outages_unlogged += 1
-        return self._outage_logged
-
     def _wait_for_server(self, key: K, err: ServerUnavailable) -> None:
         with self._lock:
             self._waiting.add(key)
-            if err.retry_after:
-                self._not_before[key] = self._clock.now() + err.retry_after
             if self._probe is not None and self._probe != key:
                 return  # another key is probing; this one waits for its answer
             self._probe = key
             first = self._outage_since is None
             if first:
                 self._outage_since = self._clock.now()
-                first = self._log_this_outage(self._outage_since)
             delay = max(self._backoff.next(), err.retry_after or 0.0)
-            unlogged, self._outages_unlogged = \
-                (self._outages_unlogged, 0) if first else (0, self._outages_unlogged)
         if first:
             log.warning("controller %s: the API server does not answer (%s); waiting for it "
-                        "(logged once until it answers, and at most once a minute%s)",
-                        self.name, err, f"; {unlogged} shorter outage(s) since the last "
-                        "such line" if unlogged else "")
+                        "(logged once until it answers)", self.name, err)
         self.queue.add_after(key, delay)

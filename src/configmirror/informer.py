@@ -261,7 +261,8 @@ class Informer(Generic[T]):
                 # No answer or throttled: the server still has our version, so just re-watch.
                 no_answer = not isinstance(err, ApiError) or err.status in (0, 429)
                 need_list = need_list or not no_answer
-                self._failed(err, backoff.next())
+                told = err.retry_after if isinstance(err, ApiError) else None
+                self._failed(err, max(backoff.next(), told or 0.0))  # a Retry-After holds
             except Exception:  # a bug: log it whole, keep the informer alive
                 log.exception("informer %s: unexpected error; relisting", self.name)
                 need_list = True
