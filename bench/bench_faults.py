@@ -121,7 +121,7 @@ def faults(namespaces: int, repeats: int) -> dict[str, Any]:
         source_ns = cluster.namespaces("faults-src", 1)[0]
         targets = cluster.namespaces("faults", namespaces)
         kubeconfig = proxy.write_kubeconfig(Path(cluster.kubeconfig), RESULTS / "via-proxy")
-        operator = OperatorProcess(kubeconfig, RESULTS / "operator-faults.log")
+        operator = OperatorProcess(kubeconfig, fresh_log("operator-faults.log"))
         operator.wait_ready(120)
         cluster.kube.request("create", f"/api/v1/namespaces/{source_ns}/configmaps", body={
             "metadata": {"name": SOURCE, "annotations": {REPLICATE_TO: ",".join(targets)}},
@@ -170,6 +170,13 @@ def faults(namespaces: int, repeats: int) -> dict[str, Any]:
     return out
 
 
+def fresh_log(name: str) -> Path:
+    """A log file of this run alone (OperatorProcess appends to the one it is given)."""
+    path = RESULTS / name
+    path.unlink(missing_ok=True)
+    return path
+
+
 def blackhole(proxy: FaultProxy, seconds: float) -> float:
     """New connections accepted and never answered, the open ones reset (so every one must
     be made again), for `seconds`; returns when it ended (time.monotonic())."""
@@ -191,7 +198,7 @@ def spread(values: list[float]) -> str:
 
 def quiet(minutes: float) -> dict[str, Any]:
     cluster = BenchCluster(None)
-    operator = OperatorProcess(cluster.kubeconfig, RESULTS / "operator-quiet.log")
+    operator = OperatorProcess(cluster.kubeconfig, fresh_log("operator-quiet.log"))
     try:
         operator.wait_ready(120)
         operator.wait_idle(120)
@@ -242,13 +249,13 @@ def overload(count: int) -> dict[str, Any]:
     operator: OperatorProcess | None = None
     out: dict[str, Any] = {"namespaces": count}
     try:
-        home = cluster.namespaces("storm-home", 1)[0]
+        home = cluster.namespaces("overload-home", 1)[0]
         account = "writer"
         token = identity(cluster, home, account)
         kubeconfig = token_kubeconfig(plane.kubeconfig, token, RESULTS / "storm-writer.kc")
         throttle = Throttle(plane, home, account)
         throttle.apply()
-        source_ns = cluster.namespaces("storm-src", 1)[0]
+        source_ns = cluster.namespaces("overload-src", 1)[0]
         targets = cluster.namespaces("storm", count)
         bodies = RESULTS / "bodies-storm.jsonl"
         bodies.write_text("".join(json.dumps(replica_body(source_ns, SOURCE, ns),
@@ -256,7 +263,7 @@ def overload(count: int) -> dict[str, Any]:
         print(f"\n3. overload: one seat for the writers' ServiceAccount under API Priority "
               f"and Fairness, 429 for the rest; {count} replicas")
         go_runs = [go_writer(cluster, kubeconfig, bodies, watcher, targets)]
-        operator = OperatorProcess(kubeconfig, RESULTS / "operator-storm.log")
+        operator = OperatorProcess(kubeconfig, fresh_log("operator-storm.log"))
         operator.wait_ready(120)
         mark = time.time()
         started = time.monotonic()
@@ -277,6 +284,7 @@ def overload(count: int) -> dict[str, Any]:
         assert operator.stop() == 0
         operator = None
         cluster.delete_replicas(targets, watcher)
+        settle()
         go_runs.append(go_writer(cluster, kubeconfig, bodies, watcher, targets))
         go_rate = statistics.mean(r["writes"] / r["seconds"] for r in go_runs)
         go = {"rate": go_rate, "runs": go_runs}
@@ -337,7 +345,15 @@ def go_writer(cluster: BenchCluster, kubeconfig: Path, bodies: Path, watcher: Re
            "refused": sum(n for (_, _, c), n in requests.items() if c == 429),
            "cpu_seconds": float(result["cpu_seconds"])}
     cluster.delete_replicas(targets, watcher)
+    settle()
     return run
+
+
+def settle() -> None:
+    """Let the server's Retry-After fall back to 1 s before the next writer: API Priority and
+    Fairness doubles it (up to 32 s) while a level drops 3 requests a second for as many
+    seconds, and lowers it by one for each quieter second (dropped_requests_tracker.go)."""
+    time.sleep(40)  # the server's own decay, with nothing to poll for it
 
 
 if __name__ == "__main__":

@@ -1053,3 +1053,8 @@ def test_a_proxy_that_sends_more_than_its_tunnel_answer_is_an_error(
                 kube.request("get", "/version")
         finally:
             kube.close()
+
+
+def test_a_head_cut_short_is_an_incomplete_read() -> None:
+    with pytest.raises(http.client.IncompleteRead):
+        answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n")
