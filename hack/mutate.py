@@ -198,6 +198,12 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
         "after shutdown no entry is ever promoted: _waiting is cleared and adds are refused; "
         "only memory",
     # -- transport.py and kube.py (issue 24) --
+    ("kube.py", "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 1):",
+     "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 2):"):
+        "the loop raises at attempt RETRY_AFTER_ATTEMPTS, before a fourth could begin",
+    ("transport.py", "self._ended = True", "self._ended = False"):
+        "a body framed by its length, all read: the next read finds nothing left and returns "
+        "b'' whether or not it is marked ended",
     ("transport.py", "self._pos = 0 # bytes of _buf already consumed",
      "self._pos = 1 # bytes of _buf already consumed"):
         _POS1,

@@ -64,6 +64,9 @@ def test_a_terminating_namespace_is_recognised_in_a_403() -> None:
                    'is being terminated', "create", "/api/v1/namespaces/x/configmaps")
     assert err.namespace_terminating and err.failure is Failure.REJECTED
     assert not ApiError(403, "Forbidden", "nope", "create", "/p").namespace_terminating
+    assert ApiError(403, "Forbidden", "nope", "create", "/p").forbidden
+    assert not ApiError(404, "NotFound", "being terminated", "get", "/p").forbidden
+    assert not ApiError(404, "NotFound", "being terminated", "get", "/p").namespace_terminating
 
 
 def test_an_error_names_the_verb_path_status_and_message_and_keeps_retry_after() -> None:
@@ -741,3 +744,11 @@ def test_a_proxy_from_the_environment_that_cannot_be_used_is_named_so(
     monkeypatch.delenv("no_proxy", raising=False)
     with pytest.raises(ConfigError, match=r"the proxy from the environment \(HTTPS_PROXY"):
         load_configuration(config)
+
+
+def test_a_kubeconfig_given_wins_over_the_pods_own_configuration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    config = write_kubeconfig(tmp_path / "k", {"one": "http://127.0.0.1:1"})
+    assert load_configuration(config).host == "http://127.0.0.1:1"

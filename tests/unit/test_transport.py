@@ -1058,3 +1058,49 @@ def test_a_proxy_that_sends_more_than_its_tunnel_answer_is_an_error(
 def test_a_head_cut_short_is_an_incomplete_read() -> None:
     with pytest.raises(http.client.IncompleteRead):
         answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n")
+
+
+def test_a_line_split_across_receives_is_put_together() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        reader = _Reader(ours)
+        theirs.sendall(b"HTTP/1.1 2")
+        ours.settimeout(0.05)
+        with pytest.raises(TimeoutError):
+            reader.line()  # the first part is in, its end is not
+        theirs.sendall(b"00 OK\r\n")
+        ours.settimeout(5)
+        assert reader.line() == b"HTTP/1.1 200 OK\r\n"
+    finally:
+        theirs.close()
+        ours.close()
+
+
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n",
+                                  b"HTTP/1.1 200 OK\r\n\r\n"])
+def test_a_stream_body_that_comes_in_pieces_is_read_piece_by_piece(head: bytes) -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(head + b"hello")
+        stream = stream_of(ours)
+        assert stream.read(5) == b"hello"
+        theirs.sendall(b", world")
+        theirs.shutdown(socket.SHUT_WR)
+        assert stream.read(5) == b", world"
+        assert stream.read(5) == b""
+    finally:
+        theirs.close()
+        ours.close()
+
+
+@pytest.mark.parametrize("raw", [b"HTTP/1.1 304 Not Modified\r\n\r\n",
+                                 b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n"])
+def test_a_stream_without_a_body_by_its_status_or_method_ends_at_once(raw: bytes) -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(raw)
+        method = "GET" if b"304" in raw else "HEAD"
+        assert stream_of(ours, method).read(5) == b""
+    finally:
+        theirs.close()
+        ours.close()
