@@ -131,7 +131,7 @@ unit: $(STAMP) ## run only the unit tests (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: mutate
-mutate: $(STAMP) ## mutation check of the queue, controller, planner (MUTATE_ARGS=--jobs 2, --only WORD)
+mutate: $(STAMP) ## mutation check of the queue, controller, planner, kube, transport (MUTATE_ARGS=--jobs 2, --only WORD)
 	$(PY) hack/mutate.py $(MUTATE_ARGS)
 
 .PHONY: lint
@@ -166,6 +166,7 @@ bench: $(STAMP) ## benchmarks; each prints ratios against baselines measured in 
 	cd bench && ../$(PY) bench_kopf.py --sources 200 --namespaces $(if $(BENCH_QUICK),5,50) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_memory.py $(if $(BENCH_QUICK),--configmaps 1000 --namespaces 10 --wide-namespaces 500) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_secret_memory.py $(BENCH_ARGS)
+	cd bench && ../$(PY) bench_faults.py $(if $(BENCH_QUICK),--namespaces 20 --repeats 1 --quiet-minutes 2 --storm-namespaces 100) $(BENCH_ARGS)
 	cd bench && ../$(PY) plot.py
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory image && \
 	  cd bench && ../$(PY) bench_pod.py; else echo "bench: no Docker daemon; skipping bench_pod.py"; fi

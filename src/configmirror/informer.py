@@ -1,7 +1,7 @@
 """List-then-watch one resource kind into a Store, and tell a handler what changed.
 
-What it does that the official client's Watch and SharedInformer do not: a client-side read
-timeout (a dead connection is noticed), bookmarks, reconnecting from the last resourceVersion
+What it does that the official client's Watch and SharedInformer do not: a watch that went
+silent is noticed in seconds (`WatchLiveness`), reconnecting from the last resourceVersion
 without relisting when a stream ends, a relist diffed against the cache after 410 Gone (with
 delete notifications for objects that vanished in the gap), backoff with jitter, one log line
 per outage instead of one per retry, and resync from the cache without any API call.
@@ -22,10 +22,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-import urllib3
-
 from configmirror.clock import Clock, RealClock
-from configmirror.kube import ApiError, Kube, WatchStream
+from configmirror.kube import ApiError, Kube, WatchSilent, WatchStream
 from configmirror.metrics import Metrics
 from configmirror.store import Store
 
@@ -36,7 +34,79 @@ log = logging.getLogger(__name__)
 Handler = Callable[[T | None, T | None], None]
 
 MIN_WATCH_TIMEOUT = 300  # client-go: a server-side timeout in [5, 10) minutes, randomized
-READ_TIMEOUT_MARGIN = 30.0
+READ_TIMEOUT_MARGIN = 30.0  # past its timeout, a watch the server has not ended is dead
+
+# How often kube-apiserver sends a bookmark, from its source (k8s.io/apiserver v0.36.3,
+# pkg/storage/cacher): the watch cache sends a watcher that asked for bookmarks one every
+# minute (cacher.go, defaultBookmarkFrequency = time.Minute; watchers are filed in 1-second
+# buckets and the bookmark timer ticks every 1-1.25 s, so 58.75-62.25 s apart), and one 2 s
+# before the watch's timeout. It sends only a bookmark whose resourceVersion is newer than the
+# one the watch started from (cache_watcher.go, process()), and that resourceVersion is
+# whatever the cache last saw of the resource (an event, or etcd's progress notify): so on a
+# resource where nothing happened since the watch started, none may come for minutes; once
+# one came, the next follows a minute later for the rest of the watch. Without the watch
+# cache (--watch-cache=false) none come at all (etcd3/watcher.go: progress notifications
+# are not passed to clients).
+BOOKMARK_PERIOD = 60.0
+BOOKMARK_BOUND = BOOKMARK_PERIOD + 5.0  # 2.25 s of the server's own jitter, and the trip
+# A watch silent this long is checked with a probe (below); client-go's HTTP/2 health check
+# likewise pings a connection after 30 s without a frame.
+SILENCE_CHECK = 30.0
+PROBE_GRACE = 5.0  # after a probe saw events, how long the watch has to deliver them too
+PROBE_READ_TIMEOUT = 10.0
+
+
+class WatchLiveness:
+    """When a silent watch is checked, and when it is dead. Times are time.monotonic().
+
+    Silence alone proves nothing before a watch's first bookmark (see BOOKMARK_PERIOD), so
+    a watch silent for SILENCE_CHECK seconds is checked by a probe: a short watch from the
+    same resourceVersion on a new connection. If the server has events the watch did not
+    deliver, and it does not deliver them within PROBE_GRACE either, the watch is dead. A
+    watch that has had a bookmark is dead when the next is BOOKMARK_BOUND late (then it is
+    probed once per silence only); any watch is dead once well past its own timeout.
+    """
+
+    def __init__(self, started: float, deadline: float) -> None:
+        self.deadline = deadline  # the watch's timeoutSeconds + READ_TIMEOUT_MARGIN
+        self.last_event = started
+        self.last_bookmark: float | None = None
+        self.last_probe = started
+
+    def saw(self, now: float, bookmark: bool) -> None:
+        self.last_event = now
+        if bookmark:
+            self.last_bookmark = now
+
+    def probed(self, now: float) -> None:
+        self.last_probe = now
+
+    def next_check(self) -> float:
+        """When to look again if nothing arrives before."""
+        checks = [self.deadline]
+        if self._may_probe():
+            checks.append(max(self.last_event, self.last_probe) + SILENCE_CHECK)
+        if self.last_bookmark is not None:
+            checks.append(self.last_bookmark + BOOKMARK_BOUND)
+        return min(checks)
+
+    def dead(self, now: float) -> str | None:
+        """Why the watch is dead by the clock alone, or None."""
+        if now >= self.deadline:
+            return "past its timeout"
+        if self.last_bookmark is not None and now - self.last_bookmark >= BOOKMARK_BOUND:
+            return (f"with no bookmark for {now - self.last_bookmark:.0f} s (the server sends "
+                    f"one every {BOOKMARK_PERIOD:.0f} s)")
+        return None
+
+    def probe_due(self, now: float) -> bool:
+        return self._may_probe() and \
+            now - max(self.last_event, self.last_probe) >= SILENCE_CHECK
+
+    def _may_probe(self) -> bool:
+        # With bookmarks coming, the bound decides; one probe per silence catches a missed
+        # event sooner.
+        return self.last_bookmark is None or self.last_probe <= self.last_event
 
 
 class Backoff:
@@ -95,6 +165,7 @@ class Informer(Generic[T]):
         self._synced = threading.Event()
         self._lock = threading.Lock()
         self._stream: WatchStream | None = None
+        self._probe: WatchStream | None = None
         self._thread: threading.Thread | None = None
         # Changes waiting for the dispatcher, in the order the reader saw them.
         self._changes: deque[tuple[T | None, T | None] | None] = deque()  # None: synced
@@ -122,9 +193,10 @@ class Informer(Generic[T]):
         """Stop watching, unblock a pending read, and join both threads."""
         self._stopped.set()
         with self._lock:
-            stream = self._stream
-        if stream is not None:
-            stream.close()
+            streams = (self._stream, self._probe)
+        for stream in streams:
+            if stream is not None:
+                stream.close()
         with self._changed:
             self._changed.notify()
         for thread in (self._thread, self._dispatcher):
@@ -187,13 +259,14 @@ class Informer(Generic[T]):
                          self.resource_version)
                 need_list = True
                 self._count_watch_restart()
-            except (ApiError, urllib3.exceptions.HTTPError, OSError, ValueError) as err:
+            except (ApiError, OSError, ValueError) as err:
                 if self._stopped.is_set():
                     break
                 # No answer or throttled: the server still has our version, so just re-watch.
                 no_answer = not isinstance(err, ApiError) or err.status in (0, 429)
                 need_list = need_list or not no_answer
-                self._failed(err, backoff.next())
+                told = err.retry_after if isinstance(err, ApiError) else None
+                self._failed(err, max(backoff.next(), told or 0.0))  # a Retry-After holds
             except Exception:  # a bug: log it whole, keep the informer alive
                 log.exception("informer %s: unexpected error; relisting", self.name)
                 need_list = True
@@ -246,9 +319,24 @@ class Informer(Generic[T]):
             self._stream = stream
         self._recovered()
         started, events = self._clock.now(), 0
+        opened = time.monotonic()
+        liveness = WatchLiveness(opened, opened + timeout + READ_TIMEOUT_MARGIN)
         try:
-            for event in stream:
+            while True:
+                try:
+                    event = stream.next_event(max(liveness.next_check() - time.monotonic(),
+                                                  0.01))
+                except WatchSilent:
+                    if self._stopped.is_set():
+                        break
+                    if self._dead(stream, liveness):
+                        self._count_watch_restart()
+                        return
+                    continue
+                if event is None:
+                    break
                 events += 1
+                liveness.saw(time.monotonic(), event.get("type") == "BOOKMARK")
                 self._apply(event)
         finally:
             with self._lock:
@@ -258,6 +346,64 @@ class Informer(Generic[T]):
             raise ApiError(0, "VeryShortWatch", "watch closed at once with no events", "watch",
                            self._path)
         self._count_watch_restart()
+
+    def _dead(self, stream: WatchStream, liveness: WatchLiveness) -> bool:
+        """A silent watch: whether it is dead (then said once in the log). May probe."""
+        now = time.monotonic()
+        reason = liveness.dead(now)
+        if reason is None and liveness.probe_due(now):
+            liveness.probed(now)
+            if self._probe_finds_events():
+                try:  # the server has news: a live watch delivers it too, at once
+                    event = stream.next_event(PROBE_GRACE)
+                except WatchSilent:
+                    reason = "although the server has events it did not deliver"
+                else:
+                    if event is not None:
+                        liveness.saw(time.monotonic(), event.get("type") == "BOOKMARK")
+                        self._apply(event)
+                        return False
+                    return True  # it ended just now: a normal end, the caller re-watches
+        if reason is None or self._stopped.is_set():
+            return False
+        log.warning("informer %s: the watch connection %s carried nothing for %.0f s %s; "
+                    "closing it and watching again from resourceVersion %s", self.name,
+                    stream.connection, time.monotonic() - liveness.last_event, reason,
+                    self.resource_version)
+        if self._metrics is not None:
+            self._metrics.informer_silent_watches.labels(self.name).inc()
+        # What silenced this one (a NAT or load balancer that forgot the flow, a stuck
+        # proxy) usually silenced every connection open with it.
+        self._kube.discard_idle_connections()
+        return True
+
+    def _probe_finds_events(self) -> bool:
+        """Whether a short watch from our resourceVersion, on a new connection, gets any
+        event (so ours should have had it too). False when the probe fails: an unreachable
+        server says nothing about this connection."""
+        result = "error"
+        try:
+            probe = self._kube.watch(self._path, {
+                **self._query, "resourceVersion": self.resource_version, "timeoutSeconds": 1},
+                read_timeout=PROBE_READ_TIMEOUT)
+        except ApiError as err:
+            found = err.status == 410  # our version is too old: ours should have said so
+            result = "missed" if found else result
+        else:
+            with self._lock:
+                self._probe = probe
+            try:
+                found = any(e.get("type") != "BOOKMARK" for e in probe)
+                result = "missed" if found else "nothing missed"
+            except (ApiError, ValueError):
+                found = False
+            finally:
+                with self._lock:
+                    self._probe = None
+                probe.close()
+        if self._metrics is not None:
+            self._metrics.child(self._metrics.informer_watch_probes, self.name, result).inc()
+        return found
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind, raw = event.get("type"), event.get("object") or {}

@@ -1,45 +1,51 @@
 """Talking to the API server: client configuration, raw JSON requests, watch streams.
 
-The official client loads kubeconfig/in-cluster credentials and decides the TLS settings and
-the proxy. Requests carry raw JSON bodies (no model objects, which cost about 9x a json.loads
-on large lists). On a direct connection (no proxy) they go over keep-alive HTTP/1.1
-connections of our own, with the TLS settings of the official client's pool: each request
-written in one send, each answer read by a small reader of HTTP/1.1's framing. CPU per write
-is what limits a fan-out on a small machine, and this costs a third of going through
-urllib3's layers (measured single-threaded: 2.0 ms -> 0.6 ms of CPU per create). Watches,
-and everything through a proxy, use the official client's urllib3 pool. Every request has
-a timeout, is counted by verb and code, and passes one client-side rate limit shared by the
-whole process (kube-controller-manager's --kube-api-qps/--kube-api-burst). A 429 or 5xx that
-carries Retry-After (API Priority and Fairness) is retried after that long, as client-go
-does. What a failure means is decided here, once (`ApiError.failure`); what to do about it
-is the caller's policy.
+The official client loads kubeconfig/in-cluster credentials; `load_configuration` then refuses,
+at start and naming the kubeconfig field, anything in them that cannot be honoured (see
+`transport` for the wire and its TLS settings). Requests carry raw JSON bodies (no model
+objects, which cost about 9x a json.loads on large lists) over `transport`'s keep-alive
+connections. Every request has a timeout, is counted by verb and code, and passes one
+client-side rate limit shared by the whole process (kube-controller-manager's
+--kube-api-qps/--kube-api-burst). A 429 or 5xx that carries Retry-After (API Priority and
+Fairness) is retried after that long, as client-go does. What a failure means is decided
+here, once (`ApiError.failure`); what to do about it is the caller's policy.
 """
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
+import logging
 import os
-import select
-import socket
-import ssl
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, BinaryIO, NamedTuple, cast
-from urllib.parse import urlencode, urlsplit
+from typing import Any, cast
+from urllib.parse import urlencode
 
-import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION, KubeConfigMerger
 
 from configmirror.clock import Clock, RealClock
 from configmirror.ratelimit import TokenBucketRateLimiter
+from configmirror.transport import (
+    CONNECT_TIMEOUT,
+    Connections,
+    Stream,
+    UnsupportedSetting,
+    endpoint,
+)
 
-CONNECT_TIMEOUT = 10.0
+__all__ = ["AUTH_REFRESH", "CONFIGMAPS", "CONNECT_TIMEOUT", "EVENTS", "NAMESPACES",
+           "REQUEST_TIMEOUT", "RETRY_AFTER_ATTEMPTS", "RETRY_AFTER_MAX", "SECRETS", "ApiError",
+           "ConfigError", "Failure", "Kube", "Resource", "WatchSilent", "WatchStream", "classify",
+           "load_configuration", "resource_of"]
+
+log = logging.getLogger(__name__)
+
 REQUEST_TIMEOUT = 30.0
 RETRY_AFTER_ATTEMPTS = 3     # client-go retries up to 10; a worker should not sit on one call
 RETRY_AFTER_MAX = 10.0       # seconds: a longer Retry-After is the caller's to wait, not ours
@@ -115,23 +121,122 @@ class ApiError(Exception):
 
 def load_configuration(kubeconfig: str | None = None, context: str | None = None,
                        pool_size: int = 16) -> k8s_client.Configuration:
-    """In a pod (and no kubeconfig given): the in-cluster config; elsewhere the kubeconfig."""
+    """In a pod (and no kubeconfig given): the in-cluster config; elsewhere the kubeconfig.
+
+    Raises ConfigError, naming the file, the context and the field, for a configuration that
+    cannot be loaded or says something this client cannot honour. Logs one warning when it
+    turns TLS verification off.
+    """
     configuration = k8s_client.Configuration()
-    try:
-        if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+    selected: _Selected | None = None
+    if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+        where = "the in-cluster configuration"
+        try:
             k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
                 client_configuration=configuration)
-        else:
+        except (k8s_config.ConfigException, OSError, TypeError, ValueError) as err:
+            raise ConfigError(f"cannot load {where}: {err}") from None
+    else:
+        path = kubeconfig or KUBE_CONFIG_DEFAULT_LOCATION
+        where = f"{path}{f' (context {context})' if context else ''}"
+        try:
+            selected = _select(path, context)
+            where = f"{path} (context {selected.context})"
+            _refuse_unsupported(selected, where)
             k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, context=context,
-                                        client_configuration=configuration,
-                                        persist_config=False)
-    except (k8s_config.ConfigException, OSError, TypeError, ValueError) as err:
-        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        raise ConfigError(f"cannot load cluster configuration from {where}"
-                          f"{f' (context {context})' if context else ''}: {err}") from None
+                config_file=path, context=context, client_configuration=configuration,
+                persist_config=False)
+        except (k8s_config.ConfigException, OSError, TypeError, ValueError) as err:
+            raise ConfigError(f"cannot load cluster configuration from {where}: {err}") from None
+        if "exec" in selected.user and not (configuration.api_key or configuration.cert_file):
+            raise ConfigError(f"{where}: user {selected.user_name}: the exec plugin gave no "
+                              "credential (its error is logged above)")
+    try:
+        target = endpoint(configuration)
+    except UnsupportedSetting as err:
+        field = _field(err.setting, selected)
+        raise ConfigError(f"{where}: {field}: {err}") from None
+    if target.tls is not None and not target.verifies_tls:
+        log.warning("TLS verification is off for cluster %s, as %s says "
+                    "(insecure-skip-tls-verify): the server's identity is not checked",
+                    selected.cluster_name if selected else configuration.host, where)
     configuration.connection_pool_maxsize = pool_size
     return configuration
+
+
+@dataclass(frozen=True)
+class _Selected:
+    """The context a kubeconfig load uses, and its cluster's and user's fields."""
+
+    context: str
+    cluster_name: str
+    cluster: dict[str, Any]
+    user_name: str
+    user: dict[str, Any]
+
+
+def _select(path: str, context: str | None) -> _Selected:
+    """Which context, cluster and user a kubeconfig load uses, read as the official loader
+    reads them (files merged as KUBECONFIG lists them); raises its ConfigException."""
+    config = KubeConfigMerger(path).config  # type: ignore[no-untyped-call]
+    if config is None:
+        raise k8s_config.ConfigException("no kubeconfig found")
+    name = context or config.safe_get("current-context")
+    if not name:
+        raise k8s_config.ConfigException("no context given and no current-context set")
+    chosen = config["contexts"].get_with_name(name)["context"]
+    cluster_name = str(chosen.safe_get("cluster") or "")
+    user_name = str(chosen.safe_get("user") or "")
+    cluster = config["clusters"].get_with_name(cluster_name, safe=True)
+    user = config["users"].get_with_name(user_name, safe=True) if user_name else None
+    return _Selected(str(name), cluster_name,
+                     dict((cluster.safe_get("cluster") or {}) if cluster else {}), user_name,
+                     dict((user.safe_get("user") or {}) if user else {}))
+
+
+# What a kubeconfig user may say that the official client's loader ignores (so would we).
+_IGNORED_BY_THE_LOADER = {
+    "as": "impersonation", "as-uid": "impersonation", "as-groups": "impersonation",
+    "as-user-extra": "impersonation"}
+_AUTH_PROVIDERS = ("azure", "gcp", "oidc")  # those the official client's loader knows
+
+
+def _refuse_unsupported(selected: _Selected, where: str) -> None:
+    user = f"user {selected.user_name}"
+    for key, what in _IGNORED_BY_THE_LOADER.items():
+        if key in selected.user:
+            raise ConfigError(f"{where}: {user}: `{key}` ({what}) is not supported; use a "
+                              "kubeconfig with that identity's own credentials")
+    provider = selected.user.get("auth-provider")
+    if isinstance(provider, dict) and provider.get("name") not in _AUTH_PROVIDERS:
+        raise ConfigError(f"{where}: {user}: auth-provider {provider.get('name')!r} is not "
+                          f"supported ({', '.join(_AUTH_PROVIDERS)} are; or use exec)")
+    authority = selected.cluster.get("certificate-authority")
+    if authority and "certificate-authority-data" not in selected.cluster and \
+            os.path.isdir(os.path.expanduser(str(authority))):
+        raise ConfigError(f"{where}: cluster {selected.cluster_name}: certificate-authority "
+                          f"{authority} is a directory; name the CA file (kubectl and "
+                          "client-go read a file too)")
+
+
+def _field(setting: str, selected: _Selected | None) -> str:
+    """The kubeconfig field (or in-cluster file) behind a Configuration setting."""
+    if selected is None:
+        return {"ssl_ca_cert": "the service account's ca.crt"}.get(setting, setting)
+    cluster, user = selected.cluster, selected.user
+
+    def given(name: str) -> str:
+        return f"{name}-data" if f"{name}-data" in cluster or f"{name}-data" in user else name
+
+    return {
+        "host": f"cluster {selected.cluster_name}: server",
+        "ssl_ca_cert": f"cluster {selected.cluster_name}: {given('certificate-authority')}",
+        "ca_cert_data": f"cluster {selected.cluster_name}: certificate-authority-data",
+        "cert_file": f"user {selected.user_name}: {given('client-certificate')}",
+        "key_file": f"user {selected.user_name}: {given('client-key')}",
+        "proxy": f"cluster {selected.cluster_name}: proxy-url" if "proxy-url" in cluster
+        else "the proxy from the environment (HTTPS_PROXY, HTTP_PROXY or ALL_PROXY)",
+    }.get(setting, setting)
 
 
 def classify(status: int) -> Failure:
@@ -155,26 +260,27 @@ class Kube:
                  user_agent: str = "configmirror", qps: float = 0.0, burst: int = 1,
                  clock: Clock | None = None) -> None:
         self.configuration = configuration
-        self._api_client = k8s_client.ApiClient(configuration)
-        self._pool: urllib3.PoolManager = self._api_client.rest_client.pool_manager
-        self._host = configuration.host.rstrip("/")
-        self._connections: _Connections | None = None
-        if type(self._pool) is urllib3.PoolManager:  # a proxy keeps the official client's way
-            self._connections = _Connections(self._host, self._pool.connection_pool_kw)
+        try:
+            target = endpoint(configuration)
+        except UnsupportedSetting as err:
+            raise ConfigError(f"cluster {configuration.host}: {err.setting}: {err}") from None
+        self._connections = Connections(target, configuration.connection_pool_maxsize)
         self._user_agent = user_agent
-        self._limiter = TokenBucketRateLimiter(qps, max(burst, 1)) if qps > 0 else None
-        self._closing = threading.Event()  # wakes requests waiting on the limit or Retry-After
+        self._clock: Clock = clock or RealClock()
+        self._limiter = TokenBucketRateLimiter(qps, max(burst, 1), self._clock) \
+            if qps > 0 else None
+        self._closing = threading.Event()  # set by close(): no more waiting
+        self._closed = threading.Condition()  # notified by close(): ends a wait at once
         self._counts: Counter[tuple[str, str, int]] = Counter()
         self._lock = threading.Lock()
-        self._clock: Clock = clock or RealClock()
         # (when it was read, the credential headers): replaced whole, so no lock is needed.
         self._auth: tuple[float, dict[str, str]] | None = None
 
     def close(self) -> None:
-        self._closing.set()
-        if self._connections is not None:
-            self._connections.close()
-        self._api_client.close()  # type: ignore[no-untyped-call]
+        with self._closed:
+            self._closing.set()
+            self._closed.notify_all()
+        self._connections.close()
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -189,13 +295,13 @@ class Kube:
         method = _METHODS[verb]
         target = _target(path, query)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        send = self._connections.request if self._connections is not None else self._urllib3
         for attempt in range(1, RETRY_AFTER_ATTEMPTS + 1):
             self._wait_for_turn()
             try:
-                resp = send(method, target, data,
-                            self._headers(content_type if data is not None else None), timeout)
-            except (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError) as err:
+                resp = self._connections.request(
+                    method, target, data,
+                    self._headers(content_type if data is not None else None), timeout)
+            except (OSError, http.client.HTTPException) as err:
                 self._count(verb, path, 0)
                 raise ApiError(0, "ConnectionError", str(err) or type(err).__name__, verb,
                                path) from None
@@ -211,30 +317,38 @@ class Kube:
             if (error.retry_after is None or error.failure is not Failure.UNAVAILABLE
                     or attempt == RETRY_AFTER_ATTEMPTS or error.retry_after > RETRY_AFTER_MAX):
                 raise error
-            if self._closing.wait(error.retry_after):
+            if self._wait_out(error.retry_after):
                 raise error
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def watch(self, path: str, query: dict[str, Any], read_timeout: float) -> WatchStream:
-        """Open a watch stream; the caller iterates its events and closes it."""
-        url = self._host + _target(path, {**query, "watch": "true"})
+        """Open a watch stream; the caller iterates its events and closes it. `read_timeout`
+        bounds each wait for the server's next byte."""
+        target = _target(path, {**query, "watch": "true"})
         self._wait_for_turn()
         try:
-            resp = self._pool.request(
-                "GET", url, headers=self._headers(None),
-                timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=read_timeout),
-                retries=False, preload_content=False)
-        except urllib3.exceptions.HTTPError as err:
+            stream = self._connections.stream("GET", target, self._headers(None),
+                                              min(read_timeout, REQUEST_TIMEOUT))
+        except (OSError, http.client.HTTPException) as err:
             self._count("watch", path, 0)
-            raise ApiError(0, "ConnectionError", str(err), "watch", path) from None
-        self._count("watch", path, resp.status)
-        if resp.status >= 400:
-            decoded = _decode(resp.read())
-            resp.release_conn()
-            raise ApiError(resp.status, str(decoded.get("reason", resp.reason)),
+            raise ApiError(0, "ConnectionError", str(err) or type(err).__name__, "watch",
+                           path) from None
+        self._count("watch", path, stream.status)
+        if stream.status >= 400:
+            try:
+                decoded = _decode(stream.read_all(REQUEST_TIMEOUT))
+            except (OSError, http.client.HTTPException):
+                decoded = {}
+            finally:
+                stream.close()
+            raise ApiError(stream.status, str(decoded.get("reason", stream.reason)),
                            str(decoded.get("message", "")), "watch", path,
-                           _retry_after(resp.headers.get("Retry-After")))
-        return WatchStream(resp)
+                           _retry_after(stream.retry_after))
+        return WatchStream(stream, read_timeout, path)
+
+    def discard_idle_connections(self) -> int:
+        """Close the idle pooled connections (one of their kind was found silent)."""
+        return self._connections.discard_idle()
 
     # -- counters -----------------------------------------------------------------------------
 
@@ -256,17 +370,15 @@ class Kube:
         if self._limiter is not None:
             delay = self._limiter.when(None)
             if delay > 0:
-                self._closing.wait(delay)
+                self._wait_out(delay)
 
-    def _urllib3(self, method: str, target: str, data: bytes | None, headers: dict[str, str],
-                 timeout: float) -> _Response:
-        """One request through the official client's pool (used through a proxy)."""
-        resp = self._pool.request(
-            method, self._host + target, body=data, headers=headers,
-            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=timeout),
-            retries=False, preload_content=True)
-        return _Response(resp.status, resp.reason or "", resp.data,
-                         resp.headers.get("Retry-After"))
+    def _wait_out(self, seconds: float) -> bool:
+        """Wait `seconds` of the clock; True when close() cut the wait short."""
+        until = self._clock.now() + seconds
+        with self._closed:
+            while not self._closing.is_set() and self._clock.now() < until:
+                self._clock.wait(self._closed, until, None)
+        return self._closing.is_set()
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": "application/json", "User-Agent": self._user_agent,
@@ -295,260 +407,57 @@ class Kube:
             self._counts[(verb, resource_of(path), status)] += 1
 
 
-class _Response(NamedTuple):
-    status: int
-    reason: str
-    data: bytes
-    retry_after: str | None  # the Retry-After header, if any
-
-
-class _Connections:
-    """Keep-alive HTTP/1.1 connections to one API server, each used by one request at a time.
-
-    A request is written in one piece (its head and body in one send); its answer is read by
-    `_read_response` (http.client's reader parses headers with the email package, which cost
-    a third of a request's CPU). The TLS settings are the official client's (the keyword
-    arguments of its urllib3 pool). As in urllib3, an idle connection the server has closed
-    is dropped before reuse, a connection that failed is never reused, and at most `maxsize`
-    idle ones are kept.
-    """
-
-    def __init__(self, host: str, pool_kw: dict[str, Any]) -> None:
-        url = urlsplit(host)
-        https = url.scheme == "https"
-        self._address = (url.hostname or "localhost", url.port or (443 if https else 80))
-        self._host_header = url.netloc.rpartition("@")[2]
-        self._context = _ssl_context(pool_kw) if https else None
-        self._server_hostname = pool_kw.get("server_hostname") or self._address[0]
-        self._socket_options = pool_kw.get("socket_options") or \
-            [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-        self._maxsize = int(pool_kw.get("maxsize") or 1)
-        self._idle: list[_Connection] = []  # most recently used last (LIFO: warm sockets)
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def request(self, method: str, target: str, data: bytes | None, headers: dict[str, str],
-                timeout: float) -> _Response:
-        conn = self._take()
-        try:
-            if conn.read_timeout != timeout:
-                conn.sock.settimeout(timeout)
-                conn.read_timeout = timeout
-            conn.sock.sendall(self._head(method, target, headers, data) + (data or b""))
-            resp, keep_alive = _read_response(conn.rfile, method)
-        except BaseException:
-            conn.close()
-            raise
-        if keep_alive:
-            self._give_back(conn)
-        else:
-            conn.close()
-        return resp
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed, idle, self._idle = True, self._idle, []
-        for conn in idle:
-            conn.close()
-
-    def _head(self, method: str, target: str, headers: dict[str, str],
-              data: bytes | None) -> bytes:
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {self._host_header}"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        if data is not None:
-            lines.append(f"Content-Length: {len(data)}")
-        if any("\n" in line or "\r" in line for line in lines):  # no header smuggled in
-            raise ValueError(f"{method} {target}: a line break in the request head")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-    def _take(self) -> _Connection:
-        while True:
-            with self._lock:
-                conn = self._idle.pop() if self._idle else None
-            if conn is None:
-                return self._connect()
-            if not conn.dropped():
-                return conn
-            conn.close()
-
-    def _connect(self) -> _Connection:
-        sock = socket.create_connection(self._address, CONNECT_TIMEOUT)
-        try:
-            for option in self._socket_options:
-                sock.setsockopt(*option)
-            if self._context is not None:
-                sock = self._context.wrap_socket(sock, server_hostname=self._server_hostname)
-        except BaseException:
-            sock.close()
-            raise
-        return _Connection(sock, CONNECT_TIMEOUT)
-
-    def _give_back(self, conn: _Connection) -> None:
-        with self._lock:
-            if not self._closed and len(self._idle) < self._maxsize:
-                self._idle.append(conn)
-                return
-        conn.close()
-
-
-class _Connection:
-    """One connected socket (plain, or TLS verified against the server name the official
-    client chose, which may differ from the address connected to: tls-server-name), and the
-    buffered reader its answers are read through."""
-
-    def __init__(self, sock: socket.socket, read_timeout: float) -> None:
-        self.sock = sock
-        self.rfile = sock.makefile("rb")
-        self.read_timeout = read_timeout  # the timeout now set on the socket
-
-    def dropped(self) -> bool:
-        """True when the idle connection is unusable: the server closed it (or sent
-        something unasked), which makes the socket readable."""
-        try:
-            if hasattr(select, "poll"):  # no FD_SETSIZE limit (select() has one)
-                poller = select.poll()
-                poller.register(self.sock, select.POLLIN)
-                return bool(poller.poll(0))
-            readable, _, _ = select.select([self.sock], [], [], 0)
-        except (OSError, ValueError):
-            return True
-        return bool(readable)
-
-    def close(self) -> None:
-        self.rfile.close()
-        self.sock.close()
-
-
-# Limits on an answer's head, as http.client has them.
-_MAX_LINE = 65536
-_MAX_HEADERS = 100
-
-
-def _read_response(rfile: BinaryIO, method: str) -> tuple[_Response, bool]:
-    """Read one HTTP/1.x answer: (the response, whether the connection may be reused).
-
-    The answer to a request of ours, so only what RFC 9112 asks of a client reading it:
-    interim 1xx answers skipped, the body framed by chunked transfer coding, else by
-    Content-Length, else by the end of the connection. Only the headers the caller uses
-    are kept, by lower-case name. A malformed answer raises http.client's exceptions.
-    """
-    while True:
-        line = rfile.readline(_MAX_LINE + 1)
-        if not line:
-            raise http.client.RemoteDisconnected("the server closed the connection without "
-                                                 "an answer")
-        version, _, rest = line.partition(b" ")
-        code, _, reason = rest.partition(b" ")
-        if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
-            raise http.client.BadStatusLine(repr(line[:100]))
-        status = int(code)
-        headers = _read_headers(rfile)
-        if status >= 200:
-            break
-    keep_alive = version == b"HTTP/1.1" and \
-        "close" not in headers.get("connection", "").lower()
-    if method == "HEAD" or status in (204, 304):
-        body = b""
-    elif "chunked" in headers.get("transfer-encoding", "").lower():
-        body = _read_chunked(rfile)
-    elif "content-length" in headers:
-        body = _read_exactly(rfile, _number(headers["content-length"], 10))
-    else:
-        body, keep_alive = rfile.read(), False
-    return _Response(status, reason.strip().decode("latin-1"), body,
-                     headers.get("retry-after")), keep_alive
-
-
-# The only headers an answer is read for; the apiserver sends about ten per answer.
-_WANTED = {name.encode(): name for name in
-           ("connection", "transfer-encoding", "content-length", "retry-after")}
-
-
-def _read_headers(rfile: BinaryIO) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for _ in range(_MAX_HEADERS + 1):
-        line = rfile.readline(_MAX_LINE + 1)
-        if line in (b"\r\n", b"\n"):
-            return headers
-        if not line:
-            raise http.client.IncompleteRead(b"")  # the connection ended inside the head
-        if len(line) > _MAX_LINE:
-            raise http.client.LineTooLong("header line")
-        name, colon, value = line.partition(b":")
-        wanted = _WANTED.get(name.strip().lower()) if colon else None
-        if wanted is not None:
-            headers[wanted] = value.strip().decode("latin-1")
-    raise http.client.HTTPException(f"more than {_MAX_HEADERS} headers")
-
-
-def _read_chunked(rfile: BinaryIO) -> bytes:
-    chunks = []
-    while size := _number(rfile.readline(_MAX_LINE + 1).split(b";", 1)[0], 16):
-        chunks.append(_read_exactly(rfile, size))
-        if _read_exactly(rfile, 2) != b"\r\n":
-            raise http.client.HTTPException("a chunk not followed by CRLF")
-    _read_headers(rfile)  # the trailer, up to its blank line
-    return b"".join(chunks)
-
-
-def _read_exactly(rfile: BinaryIO, size: int) -> bytes:
-    data = rfile.read(size)
-    if len(data) < size:
-        raise http.client.IncompleteRead(data, size - len(data))
-    return data
-
-
-def _number(text: str | bytes, base: int) -> int:
-    try:
-        value = int(text.strip(), base)
-    except ValueError:
-        raise http.client.HTTPException(f"not a number: {text[:40]!r}") from None
-    if value < 0:
-        raise http.client.HTTPException(f"a negative length: {value}")
-    return value
-
-
-def _ssl_context(pool_kw: dict[str, Any]) -> ssl.SSLContext:
-    """The TLS settings the official client gave its urllib3 pool, as an SSLContext."""
-    cadata = pool_kw.get("ca_cert_data")
-    if isinstance(cadata, bytes):
-        cadata = cadata.decode()
-    context = ssl.create_default_context(cafile=pool_kw.get("ca_certs"), cadata=cadata)
-    if pool_kw.get("cert_file"):
-        context.load_cert_chain(pool_kw["cert_file"], pool_kw.get("key_file"))
-    if pool_kw.get("cert_reqs") == ssl.CERT_NONE:  # verify_ssl: false in the kubeconfig
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    elif pool_kw.get("assert_hostname") is False:
-        context.check_hostname = False
-    return context
+class WatchSilent(Exception):
+    """No byte came on a watch within the time asked; the stream can be read on."""
 
 
 class WatchStream:
-    """The events of one watch response, one decoded JSON object per line."""
+    """The events of one watch response, one decoded JSON object per line. A failure while
+    reading (a broken connection; when iterated, no byte for the read timeout) raises
+    ApiError status 0."""
 
-    def __init__(self, response: urllib3.BaseHTTPResponse) -> None:
-        self._response = response
+    def __init__(self, stream: Stream, read_timeout: float, path: str) -> None:
+        self._stream = stream
+        self._read_timeout = read_timeout
+        self._path = path
+        self._buffer = b""
+        self.connection = stream.connection  # local -> remote address, for log lines
+
+    def next_event(self, timeout: float) -> dict[str, Any] | None:
+        """The next event, or None at the end of the stream; raises WatchSilent when no byte
+        came for `timeout` seconds."""
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0:
+                line, self._buffer = self._buffer[:end], self._buffer[end + 1:]
+                if line.strip():
+                    return cast(dict[str, Any], json.loads(line))
+                continue
+            try:
+                chunk = self._stream.read(timeout)
+            except TimeoutError:
+                raise WatchSilent(f"watch {self._path}: no byte for {timeout:g} s") from None
+            except (OSError, http.client.HTTPException) as err:
+                raise ApiError(0, "ConnectionError", str(err) or type(err).__name__, "watch",
+                               self._path) from None
+            if not chunk:
+                rest, self._buffer = self._buffer, b""
+                return cast(dict[str, Any], json.loads(rest)) if rest.strip() else None
+            self._buffer += chunk
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        buffer = b""
-        for chunk in self._response.stream(64 * 1024, decode_content=True):
-            buffer += chunk
-            while (end := buffer.find(b"\n")) >= 0:
-                line, buffer = buffer[:end], buffer[end + 1:]
-                if line.strip():
-                    yield json.loads(line)
-        if buffer.strip():
-            yield json.loads(buffer)
+        while True:
+            try:
+                event = self.next_event(self._read_timeout)
+            except WatchSilent as err:
+                raise ApiError(0, "ConnectionError", str(err), "watch", self._path) from None
+            if event is None:
+                return
+            yield event
 
     def close(self) -> None:
         """End the stream; safe from another thread, where it also unblocks a pending read."""
-        # Raised when the stream already ended: its connection went back to the pool
-        # (RuntimeError) or its socket is already gone (ValueError). Nothing left to stop.
-        with contextlib.suppress(RuntimeError, ValueError):
-            self._response.shutdown()
-        self._response.close()
-        self._response.release_conn()
+        self._stream.close()
 
 
 def _target(path: str, query: dict[str, Any] | None) -> str:

@@ -8,6 +8,10 @@ stop so a standby takes over at once.
 
 Expiry is judged by local observation, as client-go does: a lease whose record has not changed
 for `lease_duration` seconds of our own clock is expired, whatever the holder's clock says.
+A leader that cannot renew steps down `renew_deadline` seconds after its last renewal, not
+later: like client-go's renew context, each attempt's requests get only the time left before
+that deadline, so a silent connection or a handshake that never ends cannot keep it leading
+into the time a standby may take over (`lease_duration` after it last saw a renewal).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from configmirror.clock import Clock, RealClock
 from configmirror.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
+REQUEST_TIMEOUT = 5.0       # one lease request
+MIN_REQUEST_TIMEOUT = 0.5   # the least a leader's last attempt before its deadline gets
 
 
 def _now_micro() -> str:
@@ -83,34 +89,49 @@ class LeaderElector:
 
     def _run(self) -> None:
         while not self._stopped.is_set():
-            ok = self._try_acquire_or_renew()
+            started = self._clock.now()
+            ok = self._try_acquire_or_renew(self._attempt_timeout(started))
             now = self._clock.now()
             if ok:
-                self._last_renew = now
+                self._last_renew = started  # the lease says when we started to renew it
                 if not self._leading.is_set():
                     log.info("became leader (lease %s/%s, identity %s)", self._namespace,
                              self._name, self.identity)
                     self._leading.set()
                     self._on_started()
-            elif self._leading.is_set() and now - self._last_renew > self._renew_deadline:
-                log.error("lost leadership: lease not renewed within %.0f s",
-                          self._renew_deadline)
-                self._leading.clear()
-                self._on_stopped()
-                return
-            # client-go's JitterUntil: retry_period up to 1.2x.
-            self._stopped.wait(self._retry_period * (1 + 0.2 * random.random()))
+            # client-go's JitterUntil: retry_period up to 1.2x; a leader wakes in time to
+            # step down at its deadline.
+            wait = self._retry_period * (1 + 0.2 * random.random())
+            if self._leading.is_set():
+                left = self._last_renew + self._renew_deadline - now
+                if not ok and left <= 0:
+                    log.error("lost leadership: lease not renewed within %.0f s",
+                              self._renew_deadline)
+                    self._leading.clear()
+                    self._on_stopped()
+                    return
+                wait = min(wait, max(left, 0.0)) if not ok else wait
+            self._stopped.wait(wait)
         if self._leading.is_set():
             self._release()
             self._leading.clear()
 
-    def _try_acquire_or_renew(self) -> bool:
+    def _attempt_timeout(self, now: float) -> float:
+        """A request's timeout: REQUEST_TIMEOUT, and for a leader no more than the time left
+        before it must step down."""
+        if not self._leading.is_set():
+            return REQUEST_TIMEOUT
+        left = self._last_renew + self._renew_deadline - now
+        return min(REQUEST_TIMEOUT, max(left / 2, MIN_REQUEST_TIMEOUT))
+
+    def _try_acquire_or_renew(self, timeout: float) -> bool:
+        """One get and one write of the lease, each within `timeout`."""
         try:
-            lease = self._kube.request("get", f"{self._path}/{self._name}", timeout=5)
+            lease = self._kube.request("get", f"{self._path}/{self._name}", timeout=timeout)
         except ApiError as err:
             if err.status != 404:
                 return self._failed(err)
-            return self._create()
+            return self._create(timeout)
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         record = (holder, str(spec.get("renewTime", "")))
@@ -122,9 +143,9 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or self._lease_duration)
         if holder and holder != self.identity and now < self._observed_at + duration:
             return False  # someone else holds a live lease
-        return self._update(acquiring=holder != self.identity, spec=spec)
+        return self._update(acquiring=holder != self.identity, spec=spec, timeout=timeout)
 
-    def _create(self) -> bool:
+    def _create(self, timeout: float) -> bool:
         now = _now_micro()
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                 "metadata": {"name": self._name, "namespace": self._namespace},
@@ -132,12 +153,12 @@ class LeaderElector:
                          "leaseDurationSeconds": int(self._lease_duration),
                          "acquireTime": now, "renewTime": now, "leaseTransitions": 0}}
         try:
-            self._kube.request("create", self._path, body=body, timeout=5)
+            self._kube.request("create", self._path, body=body, timeout=timeout)
         except ApiError as err:
             return self._failed(err)
         return True
 
-    def _update(self, acquiring: bool, spec: dict[str, Any]) -> bool:
+    def _update(self, acquiring: bool, spec: dict[str, Any], timeout: float) -> bool:
         now = _now_micro()
         new_spec = {**spec, "holderIdentity": self.identity,
                     "leaseDurationSeconds": int(self._lease_duration), "renewTime": now}
@@ -149,7 +170,8 @@ class LeaderElector:
                              "resourceVersion": self._resource_version},
                 "spec": new_spec}
         try:
-            self._kube.request("update", f"{self._path}/{self._name}", body=body, timeout=5)
+            self._kube.request("update", f"{self._path}/{self._name}", body=body,
+                               timeout=timeout)
         except ApiError as err:
             return self._failed(err)
         self._last_error = None
@@ -158,14 +180,15 @@ class LeaderElector:
     def _release(self) -> None:
         """Hand the lease back: empty holder, 1 s duration (what client-go's release writes)."""
         try:
-            lease = self._kube.request("get", f"{self._path}/{self._name}", timeout=5)
+            lease = self._kube.request("get", f"{self._path}/{self._name}", timeout=REQUEST_TIMEOUT)
             spec = lease.get("spec") or {}
             if spec.get("holderIdentity") != self.identity:
                 return
             now = _now_micro()
             lease["spec"] = {**spec, "holderIdentity": None, "leaseDurationSeconds": 1,
                              "renewTime": now, "acquireTime": now}
-            self._kube.request("update", f"{self._path}/{self._name}", body=lease, timeout=5)
+            self._kube.request("update", f"{self._path}/{self._name}", body=lease,
+                               timeout=REQUEST_TIMEOUT)
             log.info("released the lease %s/%s", self._namespace, self._name)
         except ApiError as err:
             log.warning("could not release the lease %s/%s: %s", self._namespace, self._name,

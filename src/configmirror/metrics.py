@@ -131,6 +131,14 @@ class Metrics:
         self.informer_events = Counter(
             "configmirror_informer_events", "Watch events received, by type",
             ["resource", "type"], registry=r)
+        self.informer_silent_watches = Counter(
+            "configmirror_informer_silent_watches",
+            "Watches found dead: silent past the server's bookmark period or their timeout, "
+            "or behind a probe", ["resource"], registry=r)
+        self.informer_watch_probes = Counter(
+            "configmirror_informer_watch_probes",
+            "Probe watches made to check a silent watch, by what they found",
+            ["resource", "result"], registry=r)
         self.informer_last_event_age = Gauge(
             "configmirror_informer_last_event_age_seconds",
             "Seconds since the informer last received a watch event", ["resource"], registry=r)

@@ -1,11 +1,16 @@
 """Waiting out an API server that does not answer, without giving any key up.
 
 A reconcile that meets an unavailable server (no answer, 429, 5xx: `ServerUnavailable`) has
-done nothing wrong, so its key must not spend its retries. `ServerGate` wraps a reconciler
-and holds such keys back: one of them, the probe, is tried again with backoff capped at
-30 s (or after the server's Retry-After); the others wait, out of the queue. The first sign
-that the server answers (a write, any API answer, an informer that reconnects) puts every
-waiting key back in the queue at once, so an outage of seconds delays replicas by seconds.
+done nothing wrong, so its key must not spend its retries. `ServerGate` wraps a reconciler:
+
+- A server that said when to retry (Retry-After: API Priority and Fairness's 429, a 503)
+  answered, overloaded: that key alone is retried after that long (at least
+  RETRY_AFTER_FLOOR), as client-go retries each request. No outage opens, so no probe, no
+  waiting keys and no log lines: a storm of 429s paces each key by the server's word.
+- A server that does not answer holds such keys back: one of them, the probe, is tried again
+  with backoff capped at 30 s; the others wait, out of the queue. The first sign that the
+  server answers (a write, any API answer, an informer that reconnects) puts every waiting
+  key back in the queue at once, so an outage of seconds delays replicas by seconds.
 
 To the controller a held key is an ordinary result (the probe a requeue-after, the others a
 success), so its handling stays controller-runtime's four cases.
@@ -25,6 +30,7 @@ from configmirror.reconcile import ReconcileError, Result, ServerUnavailable
 log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
+RETRY_AFTER_FLOOR = 1.0  # seconds: a Retry-After of 0 is no reason for a hot loop
 
 
 class ServerBackoff:
@@ -74,6 +80,10 @@ class ServerGate(Generic[K]):
         try:
             result = self._reconcile(key)
         except ServerUnavailable as err:
+            if err.retry_after is not None:
+                # The server answered, overloaded, and said when: an outage's probe, and a
+                # release of every waiting key at its first success, would ignore that.
+                return Result(requeue_after=max(err.retry_after, RETRY_AFTER_FLOOR))
             return self._hold(key, err)
         except ReconcileError:
             self.answered()  # these come from an answer, or from the cache
@@ -119,7 +129,7 @@ class ServerGate(Generic[K]):
             first = self._outage_since is None
             if first:
                 self._outage_since = self._clock.now()
-            delay = max(self._backoff.next(), err.retry_after or 0.0)
+            delay = self._backoff.next()
         if first:
             log.warning("%s: the API server does not answer (%s); waiting for it (logged "
                         "once until it answers)", self._name, err)

@@ -10,4 +10,9 @@
 - `kind`: kind clusters for the node tier (our node image, hack/kind/cluster.yaml), a
   registry of a test's own for their nodes, and the clean-up of a killed run's clusters
 - `deployed`: an operator a cluster runs (its rollout, leader and /metrics, via the API)
+- `faultproxy`: a TCP proxy on 127.0.0.1 that drops, resets, delays and black-holes
+  connections on demand; `overload`: API Priority and Fairness objects that leave one
+  ServiceAccount a single seat (429 for the rest)
+- `certs`: a CA, server and client certificates (and an encrypted key) made by a test
+- `localserver`: a test's own HTTP(S) server on 127.0.0.1
 """

@@ -33,8 +33,7 @@ def unreachable_kubeconfig(tmp_path: Path) -> Path:
     path = tmp_path / "kubeconfig"
     path.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "x",
-        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{free_port()}",
-                                              "insecure-skip-tls-verify": True}}],
+        "clusters": [{"name": "x", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
         "users": [{"name": "x", "user": {"token": "t"}}],
         "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}]}))
     return path

@@ -4,6 +4,7 @@ reconcile functions, no Kubernetes)."""
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from configmirror.clock import FakeClock
 from configmirror.controller import Controller
 from configmirror.metrics import Metrics
 from configmirror.reconcile import Result, RetryableError, ServerUnavailable, TerminalError
-from configmirror.servergate import ServerBackoff, ServerGate
+from configmirror.servergate import RETRY_AFTER_FLOOR, ServerBackoff, ServerGate
 from configmirror.workqueue import WorkQueue
 from configmirror_testing.wait import wait_for
 from tests.unit.test_controller import sample
@@ -233,28 +234,105 @@ def test_each_outage_probes_from_the_first_backoff_step_again() -> None:
         controller.stop(drain_timeout=5)
 
 
-def test_a_retry_after_from_the_server_is_honoured_over_a_shorter_backoff() -> None:
-    clock = FakeClock()
-    queue: WorkQueue[str] = WorkQueue(clock=clock)
-    attempts: list[str] = []
+# -- an overloaded server: 429 (or 503) with Retry-After -----------------------------------------
+
+def overloaded(clock: FakeClock, attempts: list[str], refusals: dict[str, list[float]],
+               max_retries: int = 5) -> tuple[Controller[str], ServerGate[str], WorkQueue[str]]:
+    """A one-worker gated controller whose reconcile answers key k with 429 and each
+    Retry-After in refusals[k] in turn, then succeeds."""
+    queue: WorkQueue[str] = WorkQueue(clock=clock, max_retries=max_retries)
 
     def reconcile(key: str) -> Result:
         attempts.append(key)
-        if len(attempts) == 1:
-            raise ServerUnavailable("429 Too Many Requests", retry_after=7.0)
+        if refusals.get(key):
+            raise ServerUnavailable("429 Too Many Requests", retry_after=refusals[key].pop(0))
         return Result()
 
-    controller, _gate = gated(queue, reconcile, 1, clock, FixedBackoff(1.0))
+    controller, gate = gated(queue, reconcile, 1, clock, FixedBackoff(60.0))
+    return controller, gate, queue
+
+
+def test_a_key_told_when_to_retry_is_retried_then_by_itself_and_opens_no_outage(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock()
+    attempts: list[str] = []
+    controller, gate, queue = overloaded(clock, attempts, {"told": [5.0]})
     controller.start()
     try:
-        start = clock.now()
-        queue.add("a")
-        wait_for(lambda: len(attempts) == 1 and queue.counts() == (0, 0, 1)
-                 and clock.wake_times() == [start + 7.0],
-                 what="the worker to wait 7 s for the key's retry")
-        clock.step(7.0)
-        wait_for(lambda: len(attempts) == 2, what="the retry after 7 s")
+        with caplog.at_level(logging.INFO, logger="configmirror.servergate"):
+            queue.add("told")
+            wait_for(lambda: clock.wake_times() == [1005.0],
+                     what="a wait of its 5 s, not the 60 s backoff")
+            assert not gate.in_outage() and gate.waiting() == 0, "the server answered"
+            queue.add("other")
+            wait_for(lambda: attempts == ["told", "other"], what="the other key, at once")
+            clock.step(4.9)
+            assert attempts == ["told", "other"], "not before its Retry-After"
+            clock.step(0.1)
+            wait_for(lambda: attempts == ["told", "other", "told"], what="the retry at 5 s")
+        assert [r.getMessage() for r in caplog.records] == [], "no outage to log"
     finally:
         controller.stop(drain_timeout=5)
 
 
+def test_a_retry_after_of_0_still_waits_the_floor() -> None:
+    clock = FakeClock()
+    attempts: list[str] = []
+    controller, _gate, queue = overloaded(clock, attempts, {"k": [0.0]})
+    controller.start()
+    try:
+        queue.add("k")
+        wait_for(lambda: clock.wake_times() == [1000.0 + RETRY_AFTER_FLOOR],
+                 what="a wait of the floor, not a hot loop")
+        clock.step(RETRY_AFTER_FLOOR)
+        wait_for(lambda: attempts == ["k", "k"], what="the retry")
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_retry_afters_never_count_toward_giving_up() -> None:
+    clock = FakeClock()
+    attempts: list[str] = []
+    controller, _gate, queue = overloaded(clock, attempts, {"k": [1.0] * 4}, max_retries=1)
+    controller.start()
+    try:
+        queue.add("k")
+        for tries in range(2, 6):
+            wait_for(lambda: clock.waiters() == 1, what="the wait for the next try")
+            clock.step(1.0)
+            wait_for(lambda tries=tries: attempts.count("k") == tries,
+                     what=f"try {tries}")
+        wait_for(lambda: queue.counts() == (0, 0, 0), what="the key done")
+        assert queue.num_requeues("k") == 0
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_a_retry_after_in_an_outage_neither_releases_nor_joins_the_waiting_keys() -> None:
+    clock = FakeClock()
+    attempts: list[str] = []
+    down = {"a": True}
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if key == "a" and down["a"]:
+            raise ServerUnavailable("connection refused")
+        if key == "b" and attempts.count("b") == 1:
+            raise ServerUnavailable("429 Too Many Requests", retry_after=3.0)
+        return Result()
+
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    controller, gate = gated(queue, reconcile, 1, clock, FixedBackoff(60.0))
+    controller.start()
+    try:
+        queue.add("a")
+        wait_for(lambda: gate.in_outage() and gate.waiting() == 1, what="a's outage")
+        queue.add("b")
+        wait_for(lambda: attempts == ["a", "b"] and clock.wake_times() == [1003.0],
+                 what="b waiting its own 3 s, before a's probe at 60 s")
+        assert gate.in_outage() and gate.waiting() == 1, "b's 429 released nothing"
+        clock.step(3.0)
+        wait_for(lambda: attempts == ["a", "b", "b"], what="b's retry at 3 s")
+        assert gate.in_outage() and gate.waiting() == 1, "b joined no outage"
+    finally:
+        controller.stop(drain_timeout=5)

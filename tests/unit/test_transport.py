@@ -1,0 +1,1106 @@
+"""The wire to the API server (configmirror.transport): HTTP/1.1 framing read off real
+sockets, keep-alive connections against a real local server, streams, and TLS and proxies as
+every kubeconfig form gives them, against a real TLS server with certificates made here."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import http.server
+import json
+import logging
+import os
+import select
+import socket
+import socketserver
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
+from configmirror.transport import (
+    CONNECT_TIMEOUT,
+    MAX_HEADERS,
+    MAX_LINE,
+    Connections,
+    Stream,
+    UnsupportedSetting,
+    _Connection,
+    _Reader,
+    endpoint,
+)
+from configmirror_testing.certs import CLIENT_NAME, SERVER_NAME, Pki, make_pki
+from configmirror_testing.localserver import LocalServer, RawServer, no_unclosed_sockets
+from configmirror_testing.wait import wait_for
+
+# -- framing: an answer's bytes, written by hand to one end of a socket pair ---------------------
+
+
+def answer(raw: bytes, method: str = "GET") -> tuple[Any, bool, bytes]:
+    """(the response, whether the connection may be reused, the bytes left unread) of `raw`
+    sent by a peer that then closes its side."""
+    ours, theirs = socket.socketpair()
+    ours.settimeout(5)
+
+    def send() -> None:
+        theirs.sendall(raw)
+        theirs.shutdown(socket.SHUT_WR)
+
+    writer = threading.Thread(target=send)
+    writer.start()
+    try:
+        reader = _Reader(ours)
+        response, keep_alive = reader.response(method)
+        rest = reader.to_end()
+    finally:
+        writer.join(5)
+        ours.close()
+        theirs.close()
+    return response, keep_alive, rest
+
+
+@pytest.mark.parametrize(("raw", "body", "reusable"), [
+    (b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}", b"{}", True),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"3\r\n{\"a\r\n4;ext=1\r\n\": 1\r\n1\r\n}\r\n0\r\nX-Trailer: t\r\n\r\n", b'{"a": 1}', True),
+    (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b"", True),
+    (b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+     b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", b"x", True),
+    (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}", b"{}", False),
+    (b"HTTP/1.1 200 OK\r\nConnection: Keep-Alive, Close\r\nContent-Length: 0\r\n\r\n", b"",
+     False),
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", b"{}", False),
+    (b"HTTP/1.1 200 OK\r\n\r\n{\"until\": \"the end\"}", b'{"until": "the end"}', False),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1a\r\n" + b"z" * 26
+     + b"\r\n0\r\n\r\n", b"z" * 26, True),                                  # hex sizes
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello, world", b"hello, world", True),
+    (b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}", b"{}", True),           # bare LF lines
+    (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n", b"", True),  # 204: no body
+    (b"HTTP/1.1 304 Not Modified\r\n\r\n", b"", True),
+])
+def test_an_answer_is_framed_as_http_1_1_says(raw: bytes, body: bytes, reusable: bool) -> None:
+    response, keep_alive, rest = answer(raw)
+    assert (response.data, keep_alive, rest) == (body, reusable, b"")
+
+
+def test_the_answer_to_a_head_request_has_no_body_whatever_its_length_says() -> None:
+    response, keep_alive, rest = answer(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nHTTP/1.1 200 OK\r\n", method="HEAD")
+    assert (response.data, keep_alive, rest) == (b"", True, b"HTTP/1.1 200 OK\r\n")
+
+
+def test_an_answer_keeps_its_status_reason_and_retry_after_and_leaves_the_next_unread() -> None:
+    raw = (b"HTTP/1.1 429 Too Many Requests\r\nretry-after:  3 \r\nContent-Length: 2\r\n\r\n{}"
+           b"HTTP/1.1 200 OK\r\n")
+    response, _, rest = answer(raw, "POST")
+    assert (response.status, response.reason, response.retry_after) == \
+        (429, "Too Many Requests", "3")
+    assert rest == b"HTTP/1.1 200 OK\r\n"
+
+
+def test_a_large_body_arrives_whole() -> None:
+    body = bytes(range(256)) * 8192  # 2 MiB: many receives
+    response, keep_alive, _ = answer(
+        b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    assert response.data == body and keep_alive
+
+
+@pytest.mark.parametrize("raw", [
+    b"",                                                       # closed before any answer
+    b"SSH-2.0-OpenSSH\r\n\r\n",                                # not HTTP
+    b"HTTP/1.1 2000 OK\r\n\r\n",                               # not a 3-digit status
+    b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}",        # cut short
+    b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n{}",         # not a length
+    b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n{}",        # a negative length
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\nab\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",  # a chunk cut short
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",               # cut inside the head
+])
+def test_a_broken_answer_is_an_http_error(raw: bytes) -> None:
+    with pytest.raises(http.client.HTTPException):
+        answer(raw)
+
+
+def test_a_header_line_longer_than_the_limit_is_refused() -> None:
+    fits = b"X-Long: " + b"a" * (MAX_LINE - 10) + b"\r\n"
+    assert answer(b"HTTP/1.1 200 OK\r\n" + fits + b"Content-Length: 0\r\n\r\n")[0].status == 200
+    with pytest.raises(http.client.LineTooLong):
+        answer(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * MAX_LINE + b"\r\n\r\n")
+
+
+def test_a_status_line_without_an_end_is_refused_not_buffered_forever() -> None:
+    with pytest.raises(http.client.LineTooLong):
+        answer(b"HTTP/1.1 200 " + b"O" * (2 * MAX_LINE))
+
+
+def test_more_headers_than_the_limit_are_refused() -> None:
+    def head(count: int) -> bytes:
+        return (b"HTTP/1.1 200 OK\r\n" + b"X-N: 1\r\n" * count
+                + b"Content-Length: 0\r\n\r\n")
+
+    assert answer(head(MAX_HEADERS - 1))[0].status == 200
+    with pytest.raises(http.client.HTTPException, match="headers"):
+        answer(head(MAX_HEADERS))
+
+
+# -- connections against a real local server -----------------------------------------------------
+
+
+class Server:
+    """A local plain-HTTP/1.1 server. POST answers `{}`; GET /hang sends nothing until the
+    test ends, /half half a head; /stream sends a chunk per `send()`; /close answers and
+    closes; /drop closes without an answer; /extra sends more than its answer."""
+
+    def __init__(self) -> None:
+        self.ports: list[int] = []
+        self.hang_up_next = False  # close the connection after the next answer, unannounced
+        self.hung_up = threading.Event()
+        self.released = threading.Event()  # ends every wait of the handlers
+        self.chunks: list[bytes] = []
+        self.chunk_ready = threading.Condition()
+        self.both_in = threading.Barrier(2)
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.ports.append(self.client_address[1])
+                if self.path == "/together":
+                    outer.both_in.wait(5)
+                self.send_response(201)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+                if outer.hang_up_next:
+                    outer.hang_up_next = False
+                    self.close_connection = True
+
+            def do_GET(self) -> None:
+                outer.ports.append(self.client_address[1])
+                if self.path == "/hang":
+                    outer.released.wait(10)
+                    self.close_connection = True
+                    return
+                if self.path == "/half":
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                    self.wfile.flush()
+                    outer.released.wait(10)
+                    self.close_connection = True
+                    return
+                if self.path == "/drop":  # hangs up without a word
+                    self.close_connection = True
+                    return
+                if self.path == "/extra":  # an answer, and bytes nobody asked for
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}junk")
+                    return
+                if self.path == "/close":
+                    self.send_response(200)
+                    self.send_header("Connection", "close")
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+                    return
+                self.send_response(200)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                while True:
+                    with outer.chunk_ready:
+                        outer.chunk_ready.wait_for(
+                            lambda: outer.chunks or outer.released.is_set(), 10)
+                        if not outer.chunks:
+                            return
+                        chunk = outer.chunks.pop(0)
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                    if not chunk:
+                        return
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        class HTTPServer(http.server.ThreadingHTTPServer):
+            def shutdown_request(self, request: Any) -> None:
+                super().shutdown_request(request)  # the socket is closed only here, after
+                outer.hung_up.set()                # the handler's finish(): signal then
+
+        self.local = LocalServer(Handler, server_class=HTTPServer)
+        self.url = self.local.url
+
+    def send(self, chunk: bytes) -> None:
+        """The stream's next chunk (b"": its end)."""
+        with self.chunk_ready:
+            self.chunks.append(chunk)
+            self.chunk_ready.notify_all()
+
+    def stop(self) -> None:
+        self.released.set()
+        with self.chunk_ready:
+            self.chunk_ready.notify_all()
+        self.local.stop()
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    running = Server()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def connections(server: Server) -> Iterator[Connections]:
+    conns = Connections(endpoint(client.Configuration(host=server.url)), maxsize=4)
+    yield conns
+    conns.close()
+
+
+def post(conns: Connections, path: str = "/api/v1/namespaces/a/configmaps") -> Any:
+    return conns.request("POST", path, b"{}", {"Content-Type": "application/json"}, 5)
+
+
+def test_requests_in_turn_reuse_one_keep_alive_connection(
+        server: Server, connections: Connections) -> None:
+    for _ in range(5):
+        assert post(connections).status == 201
+    assert len(server.ports) == 5 and len(set(server.ports)) == 1
+    assert connections.idle() == 1
+
+
+def test_an_idle_connection_the_server_closed_is_replaced_before_use(
+        server: Server, connections: Connections) -> None:
+    server.hang_up_next = True
+    post(connections)
+    assert server.hung_up.wait(5), "the server closes the connection"
+    assert post(connections).data == b"{}", "the next request goes out on a new connection"
+    assert len(set(server.ports)) == 2
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_an_answer_that_says_close_is_not_reused_and_its_socket_is_closed(
+        server: Server, connections: Connections) -> None:
+    before = open_fds()
+    with no_unclosed_sockets():
+        assert connections.request("GET", "/close", None, {}, 5).data == b"{}"
+    assert connections.idle() == 0
+    # (the server's side of it is a socket of this process too, closed by its own thread)
+    wait_for(lambda: open_fds() == before, what="the socket closed, not left to the GC")
+    post(connections)
+    assert len(set(server.ports)) == 2
+
+
+def test_a_connection_with_bytes_left_after_its_answer_is_not_reused(
+        server: Server, connections: Connections) -> None:
+    before = open_fds()
+    with no_unclosed_sockets():
+        assert connections.request("GET", "/extra", None, {}, 5).data == b"{}"
+    assert connections.idle() == 0
+    wait_for(lambda: open_fds() == before, what="the socket closed")
+
+
+def test_a_failed_request_closes_its_connection(
+        server: Server, connections: Connections) -> None:
+    post(connections)
+    conn = connections._idle[-1]
+    with pytest.raises(http.client.RemoteDisconnected):
+        connections.request("GET", "/drop", None, {}, 5)
+    assert conn.sock.fileno() == -1
+
+
+def test_an_idle_connection_found_closed_is_closed_here_too(
+        server: Server, connections: Connections) -> None:
+    server.hang_up_next = True
+    post(connections)
+    assert server.hung_up.wait(5)
+    conn = connections._idle[-1]
+    post(connections)
+    assert conn.sock.fileno() == -1
+
+
+def test_a_reused_connection_gets_the_next_requests_timeout(
+        server: Server, connections: Connections) -> None:
+    connections.request("POST", "/a", b"{}", {}, 5)
+    connections.request("POST", "/a", b"{}", {}, 7)
+    assert connections._idle[-1].sock.gettimeout() == 7
+
+
+def test_a_connection_that_ended_without_an_answer_keeps_the_other_idle_ones(
+        server: Server, connections: Connections) -> None:
+    two_idle_connections(connections)
+    with pytest.raises(http.client.RemoteDisconnected):
+        connections.request("GET", "/drop", None, {}, 5)
+    assert connections.idle() == 1, "only a silent one says the others may be silent"
+
+
+def test_closed_connections_keep_nothing_idle(
+        server: Server, connections: Connections) -> None:
+    post(connections)
+    before = open_fds()
+    connections.close()
+    assert connections.idle() == 0
+    wait_for(lambda: open_fds() < before, what="the idle socket closed")
+    post(connections)  # still works, on a connection of its own
+    assert connections.idle() == 0, "nothing is kept once closed"
+
+
+def test_at_most_maxsize_idle_connections_are_kept(server: Server) -> None:
+    conns = Connections(endpoint(client.Configuration(host=server.url)), maxsize=1)
+    try:
+        threads = [threading.Thread(target=post, args=(conns, "/together")) for _ in range(2)]
+        with no_unclosed_sockets():
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(10)
+        assert len(set(server.ports)) == 2, "two requests at once: two connections"
+        assert conns.idle() == 1
+    finally:
+        conns.close()
+
+
+def two_idle_connections(conns: Connections) -> None:
+    threads = [threading.Thread(target=post, args=(conns, "/together")) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert conns.idle() == 2
+
+
+def test_a_request_with_no_byte_within_its_timeout_drops_every_idle_connection(
+        server: Server, connections: Connections) -> None:
+    two_idle_connections(connections)
+    with pytest.raises(TimeoutError):
+        connections.request("GET", "/hang", None, {}, 0.2)
+    assert connections.idle() == 0, "the silent one closed, and the other idle one with it"
+    assert post(connections).status == 201
+
+
+def test_a_slow_answer_that_stops_half_way_drops_only_its_own_connection(
+        server: Server, connections: Connections) -> None:
+    two_idle_connections(connections)
+    with pytest.raises(TimeoutError):
+        connections.request("GET", "/half", None, {}, 0.2)
+    assert connections.idle() == 1, "bytes came: the path works, the other one is kept"
+
+
+def test_no_server_is_an_os_error() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conns = Connections(endpoint(client.Configuration(host=f"http://127.0.0.1:{port}")), 1)
+    with pytest.raises(ConnectionRefusedError):
+        post(conns)
+
+
+def test_a_line_break_never_reaches_the_request_head(
+        server: Server, connections: Connections) -> None:
+    with pytest.raises(ValueError, match="line break"):
+        connections.request("POST", "/a\r\nX-Evil: 1", b"{}", {}, 5)
+    with pytest.raises(ValueError, match="line break"):
+        connections.request("POST", "/a", b"{}", {"X-A": "1\nX-Evil: 1"}, 5)
+    assert server.ports == [], "nothing was sent"
+
+
+def test_every_socket_has_tcp_keepalive_and_no_delay(connections: Connections) -> None:
+    post(connections)
+    conn = connections._idle[0]
+    assert conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+    assert conn.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+
+
+def test_a_stream_is_read_as_it_arrives_and_ends_with_its_last_chunk(
+        server: Server, connections: Connections) -> None:
+    stream = connections.stream("GET", "/stream", {}, 5)
+    try:
+        assert stream.status == 200
+        server.send(b'{"a": 1}\n')
+        assert stream.read(5) == b'{"a": 1}\n'
+        server.send(b"second")
+        assert stream.read(5) == b"second"
+        server.send(b"")
+        assert stream.read(5) == b""
+        assert stream.read(5) == b"", "ended stays ended"
+    finally:
+        stream.close()
+
+
+def test_a_silent_stream_times_out_and_can_be_read_on(
+        server: Server, connections: Connections) -> None:
+    stream = connections.stream("GET", "/stream", {}, 5)
+    try:
+        with pytest.raises(TimeoutError):
+            stream.read(0.1)
+        server.send(b"after the silence")
+        assert stream.read(5) == b"after the silence"
+    finally:
+        stream.close()
+
+
+def test_closing_a_stream_from_another_thread_ends_a_read_blocked_on_it(
+        server: Server, connections: Connections) -> None:
+    stream = connections.stream("GET", "/stream", {}, 5)
+    outcome: list[object] = []
+
+    def read() -> None:
+        try:
+            outcome.append(stream.read(30))
+        except (OSError, http.client.HTTPException) as err:
+            outcome.append(err)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    wait_for(reader.is_alive, what="the reader to block")
+    stream.close()
+    reader.join(5)
+    assert not reader.is_alive(), "close() woke the read"
+    stream.close()  # twice is fine
+
+
+def test_a_stream_framed_by_its_length_ends_there() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello, world")
+        assert stream_of(ours).read_all(5) == b"hello, world"
+    finally:
+        theirs.close()
+        ours.close()
+
+
+# -- TLS and proxies, as kubeconfigs say them ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+class TLSServer:
+    """An HTTPS server answering GET with the common name of the client's certificate."""
+
+    def __init__(self, pki: Pki, require_client_cert: bool = False) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                peer = self.connection.getpeercert()  # type: ignore[attr-defined]
+                subject = dict(pair[0] for pair in (peer or {}).get("subject", ()))
+                body = json.dumps({"client": subject.get("commonName")}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.local = LocalServer(Handler, tls=pki.server_context(require_client_cert))
+        self.port = self.local.server.server_address[1]
+
+    def stop(self) -> None:
+        self.local.stop()
+
+
+@pytest.fixture
+def tls_server(pki: Pki) -> Iterator[TLSServer]:
+    running = TLSServer(pki)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def mtls_server(pki: Pki) -> Iterator[TLSServer]:
+    running = TLSServer(pki, require_client_cert=True)
+    yield running
+    running.stop()
+
+
+def kubeconfig(tmp_path: Path, cluster: dict[str, Any], user: dict[str, Any] | None = None,
+               name: str = "ctx") -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": "the-cluster", "cluster": cluster}],
+        "users": [{"name": "the-user", "user": user or {"token": "t"}}],
+        "contexts": [{"name": name, "context": {"cluster": "the-cluster",
+                                                "user": "the-user"}}]}))
+    return str(path)
+
+
+def b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def get(config: str) -> dict[str, Any]:
+    kube = Kube(load_configuration(config))
+    try:
+        return kube.request("get", "/version")
+    finally:
+        kube.close()
+
+
+def test_tls_verifies_the_server_against_the_ca_file(
+        tls_server: TLSServer, pki: Pki, tmp_path: Path) -> None:
+    server = f"https://127.0.0.1:{tls_server.port}"
+    assert get(kubeconfig(tmp_path, {"server": server, "certificate-authority": str(pki.ca)}))
+    with no_unclosed_sockets(), pytest.raises(ApiError, match="CERTIFICATE_VERIFY_FAILED") \
+            as raised:
+        get(kubeconfig(tmp_path, {"server": server,
+                                  "certificate-authority": str(pki.other_ca)}))
+    assert raised.value.status == 0
+
+
+def test_tls_verifies_the_server_against_the_ca_data(
+        tls_server: TLSServer, pki: Pki, tmp_path: Path) -> None:
+    assert get(kubeconfig(tmp_path, {"server": f"https://127.0.0.1:{tls_server.port}",
+                                     "certificate-authority-data": b64(pki.ca)}))
+
+
+def test_a_ca_directory_is_refused_at_start_naming_the_field(pki: Pki, tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1",
+                                   "certificate-authority": str(pki.ca.parent)}, name="dev")
+    with pytest.raises(ConfigError) as raised:
+        load_configuration(config)
+    message = str(raised.value)
+    assert "certificate-authority" in message and "is a directory" in message
+    assert config in message and "context dev" in message
+
+
+def test_ca_data_that_is_no_certificate_is_refused_at_start(tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1",
+                                   "certificate-authority-data":
+                                       base64.b64encode(b"not a cert").decode()})
+    with pytest.raises(ConfigError, match=r"certificate-authority-data: .*no usable CA"):
+        load_configuration(config)
+
+
+@pytest.mark.parametrize("form", ["files", "data"])
+def test_the_client_certificate_is_presented_from_files_and_from_data(
+        mtls_server: TLSServer, pki: Pki, tmp_path: Path, form: str) -> None:
+    user = ({"client-certificate": str(pki.client_cert), "client-key": str(pki.client_key)}
+            if form == "files" else
+            {"client-certificate-data": b64(pki.client_cert),
+             "client-key-data": b64(pki.client_key)})
+    config = kubeconfig(tmp_path, {"server": f"https://127.0.0.1:{mtls_server.port}",
+                                   "certificate-authority": str(pki.ca)}, user)
+    assert get(config) == {"client": CLIENT_NAME}
+
+
+@pytest.mark.parametrize(("form", "field"), [("files", "client-key"),
+                                             ("data", "client-key-data")])
+def test_a_client_key_with_a_password_is_refused_at_start_without_asking_for_it(
+        pki: Pki, tmp_path: Path, form: str, field: str) -> None:
+    user = ({"client-certificate": str(pki.client_cert),
+             "client-key": str(pki.encrypted_client_key)} if form == "files" else
+            {"client-certificate-data": b64(pki.client_cert),
+             "client-key-data": b64(pki.encrypted_client_key)})
+    config = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1",
+                                   "certificate-authority": str(pki.ca)}, user)
+    with pytest.raises(ConfigError) as raised:
+        load_configuration(config)
+    assert f"user the-user: {field}: the client key " in str(raised.value)
+    assert "is encrypted, and a kubeconfig cannot give its password" in str(raised.value)
+    if form == "files":
+        assert f"the client key {pki.encrypted_client_key} is encrypted" in str(raised.value)
+
+
+def test_a_client_key_that_does_not_match_its_certificate_is_refused_at_start(
+        pki: Pki, tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1"}, {
+        "client-certificate": str(pki.client_cert), "client-key": str(pki.server_key)})
+    with pytest.raises(ConfigError, match=r"user the-user: client-certificate: .*do not"):
+        load_configuration(config)
+
+
+def test_insecure_skip_tls_verify_warns_once_at_start_and_never_per_connection(
+        tls_server: TLSServer, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        recwarn: pytest.WarningsRecorder) -> None:
+    config = kubeconfig(tmp_path, {"server": f"https://127.0.0.1:{tls_server.port}",
+                                   "insecure-skip-tls-verify": True})
+    with caplog.at_level(logging.WARNING):
+        kube = Kube(load_configuration(config))
+        try:
+            for _ in range(3):
+                kube.request("get", "/version")
+                kube.discard_idle_connections()  # each request on a new connection
+        finally:
+            kube.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "TLS verification is off for cluster the-cluster" in warnings[0]
+    assert list(recwarn) == [], "no InsecureRequestWarning or any other, per connection"
+
+
+def test_a_verified_connection_logs_no_warning(
+        tls_server: TLSServer, pki: Pki, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        get(kubeconfig(tmp_path, {"server": f"https://127.0.0.1:{tls_server.port}",
+                                  "certificate-authority": str(pki.ca)}))
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_tls_server_name_is_the_name_verified(
+        tls_server: TLSServer, pki: Pki, tmp_path: Path) -> None:
+    # "localhost" is not in the certificate; the name it is issued for is.
+    server = f"https://localhost:{tls_server.port}"
+    with pytest.raises(ApiError, match="CERTIFICATE_VERIFY_FAILED"):
+        get(kubeconfig(tmp_path, {"server": server, "certificate-authority": str(pki.ca)}))
+    assert get(kubeconfig(tmp_path, {"server": server, "certificate-authority": str(pki.ca),
+                                     "tls-server-name": SERVER_NAME}))
+
+
+def test_impersonation_is_refused_at_start_naming_the_field(tmp_path: Path) -> None:
+    for field in ("as", "as-groups", "as-uid", "as-user-extra"):
+        config = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1"},
+                            {"token": "t", field: "someone"})
+        with pytest.raises(ConfigError, match=f"user the-user: `{field}` \\(impersonation\\)"):
+            load_configuration(config)
+
+
+def test_an_auth_provider_the_client_does_not_know_is_refused(tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1"},
+                        {"auth-provider": {"name": "openstack", "config": {}}})
+    with pytest.raises(ConfigError, match="auth-provider 'openstack' is not supported"):
+        load_configuration(config)
+
+
+def test_a_server_that_is_no_url_is_refused() -> None:
+    for host in ("ftp://x", "127.0.0.1:6443", "https://x:port"):
+        with pytest.raises(UnsupportedSetting) as raised:
+            endpoint(client.Configuration(host=host))
+        assert raised.value.setting == "host"
+
+
+class ConnectProxy:
+    """An HTTP proxy on 127.0.0.1 that only tunnels (CONNECT), recording each request head."""
+
+    def __init__(self) -> None:
+        self.heads: list[str] = []
+        outer = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    data = self.request.recv(4096)
+                    if not data:
+                        return
+                    head += data
+                text = head.decode("latin-1")
+                outer.heads.append(text)
+                method, authority = text.split(" ")[:2]
+                if method != "CONNECT":
+                    self.request.sendall(b"HTTP/1.1 405 Only CONNECT\r\n\r\n")
+                    return
+                host, port = authority.rsplit(":", 1)
+                with socket.create_connection((host, int(port)), 5) as upstream:
+                    self.request.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    pipe(self.request, upstream)
+
+        self.raw = RawServer(Handler)
+        self.url = f"http://127.0.0.1:{self.raw.port}"
+
+    def stop(self) -> None:
+        self.raw.stop()
+
+
+def pipe(a: socket.socket, b: socket.socket) -> None:
+    """Copy bytes both ways until either side closes."""
+    while True:
+        readable, _, _ = select.select([a, b], [], [], 10)
+        if not readable:
+            return
+        for sock in readable:
+            data = sock.recv(65536)
+            if not data:
+                return
+            (b if sock is a else a).sendall(data)
+
+
+@pytest.fixture
+def proxy() -> Iterator[ConnectProxy]:
+    running = ConnectProxy()
+    yield running
+    running.stop()
+
+
+def test_proxy_url_is_honoured_through_a_connect_tunnel(
+        tls_server: TLSServer, pki: Pki, proxy: ConnectProxy, tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path, {"server": f"https://127.0.0.1:{tls_server.port}",
+                                   "certificate-authority": str(pki.ca),
+                                   "proxy-url": proxy.url.replace("://", "://me:p%40ss@")})
+    assert get(config)
+    assert len(proxy.heads) == 1
+    assert proxy.heads[0].startswith(f"CONNECT 127.0.0.1:{tls_server.port} HTTP/1.1\r\n")
+    credentials = base64.b64encode(b"me:p@ss").decode()
+    assert f"Proxy-Authorization: Basic {credentials}\r\n" in proxy.heads[0]
+
+
+def test_the_proxy_from_the_environment_is_honoured_and_no_proxy_too(
+        tls_server: TLSServer, pki: Pki, proxy: ConnectProxy, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    config = kubeconfig(tmp_path, {"server": f"https://127.0.0.1:{tls_server.port}",
+                                   "certificate-authority": str(pki.ca)})
+    monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert get(config)
+    assert len(proxy.heads) == 1, "through the proxy"
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert get(config)
+    assert len(proxy.heads) == 1, "NO_PROXY: straight to the server"
+
+
+@pytest.mark.parametrize("url", ["socks5://127.0.0.1:1080", "https://127.0.0.1:3128"])
+def test_a_proxy_it_cannot_use_is_refused_at_start_naming_the_field(
+        tmp_path: Path, url: str) -> None:
+    config = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1", "proxy-url": url},
+                        name="behind-proxy")
+    with pytest.raises(ConfigError) as raised:
+        load_configuration(config)
+    message = str(raised.value)
+    assert message == (f"{config} (context behind-proxy): cluster the-cluster: proxy-url: "
+                       f"the proxy {url}: only http:// proxies are supported, not "
+                       f"{url.split('://', maxsplit=1)[0]}://")
+
+
+def test_a_proxy_password_never_appears_in_a_message(tmp_path: Path) -> None:
+    config = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1",
+                                   "proxy-url": "socks5://me:hunter2@127.0.0.1:1080"})
+    with pytest.raises(ConfigError) as raised:
+        load_configuration(config)
+    assert "hunter2" not in str(raised.value)
+
+
+def test_a_proxy_that_refuses_the_tunnel_is_a_connection_error(
+        tls_server: TLSServer, pki: Pki, tmp_path: Path) -> None:
+    class Refusing(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(4096)
+            self.request.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+
+    with RawServer(Refusing) as refusing:
+        config = kubeconfig(tmp_path, {
+            "server": f"https://127.0.0.1:{tls_server.port}",
+            "certificate-authority": str(pki.ca),
+            "proxy-url": f"http://127.0.0.1:{refusing.port}"})
+        with pytest.raises(ApiError) as raised:
+            get(config)
+    assert (f"the proxy 127.0.0.1:{refusing.port} refused a tunnel to "
+            f"127.0.0.1:{tls_server.port}: 403 Forbidden") in str(raised.value)
+
+
+def test_a_handshake_that_never_completes_ends_within_the_requests_own_timeout() -> None:
+    with socket.socket() as listener:  # accepts (the kernel does), never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        conns = Connections(endpoint(client.Configuration(host=f"https://127.0.0.1:{port}")),
+                            1)
+        started = time.monotonic()
+        with no_unclosed_sockets(), pytest.raises(TimeoutError):
+            conns.request("GET", "/version", None, {}, 0.3)
+        assert time.monotonic() - started < CONNECT_TIMEOUT / 2, \
+            "the request's 0.3 s, not the connect timeout"
+
+
+def test_the_head_limits_are_http_clients() -> None:
+    assert (MAX_LINE, MAX_HEADERS) == (http.client._MAXLINE,  # type: ignore[attr-defined]
+                                       http.client._MAXHEADERS)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("host", "address", "header"), [
+    ("https://api.example", ("api.example", 443), "api.example"),
+    ("http://api.example", ("api.example", 80), "api.example"),
+    ("https://user@api.example:6443/", ("api.example", 6443), "api.example:6443"),
+])
+def test_the_endpoint_is_the_servers_address_with_the_schemes_default_port(
+        host: str, address: tuple[str, int], header: str) -> None:
+    target = endpoint(client.Configuration(host=host))
+    assert (target.address, target.host_header) == (address, header)
+    assert (target.tls is not None) == host.startswith("https")
+
+
+def test_an_unsupported_setting_says_only_its_message() -> None:
+    err = UnsupportedSetting("proxy", "only http:// proxies are supported")
+    assert (str(err), err.setting) == ("only http:// proxies are supported", "proxy")
+
+
+def test_a_ca_that_is_a_directory_is_refused_by_the_transport_too(pki: Pki) -> None:
+    configuration = client.Configuration(host="https://127.0.0.1:1")
+    configuration.ssl_ca_cert = str(pki.ca.parent)
+    with pytest.raises(UnsupportedSetting, match="is a directory") as raised:
+        endpoint(configuration)
+    assert raised.value.setting == "ssl_ca_cert"
+
+
+def test_ca_data_given_to_the_configuration_verifies_the_server(
+        tls_server: TLSServer, pki: Pki) -> None:
+    configuration = client.Configuration(host=f"https://127.0.0.1:{tls_server.port}")
+    configuration.ca_cert_data = pki.ca.read_text()
+    kube = Kube(configuration)
+    try:
+        assert kube.request("get", "/version") == {"client": None}
+    finally:
+        kube.close()
+    configuration.ca_cert_data = b"not a certificate"
+    with pytest.raises(UnsupportedSetting, match="no usable certificate") as raised:
+        endpoint(configuration)
+    assert raised.value.setting == "ca_cert_data"
+
+
+def stream_of(sock: socket.socket, method: str = "GET") -> Stream:
+    """The Stream of the answer `sock` is receiving (its head read here)."""
+    sock.settimeout(5)
+    conn = _Connection(sock, 5)
+    status, reason, fields = conn.reader.head()
+    return Stream(conn, method, status, reason, fields)
+
+
+def test_a_stream_with_no_body_ends_at_once() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+        assert stream_of(ours).read(5) == b""
+    finally:
+        theirs.close()
+        ours.close()
+
+
+def test_a_stream_that_ends_with_its_connection_is_read_to_the_end() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"HTTP/1.1 200 OK\r\n\r\nuntil the end")
+        theirs.shutdown(socket.SHUT_WR)
+        stream = stream_of(ours)
+        assert stream.read_all(5) == b"until the end"
+        assert stream.read(5) == b""
+    finally:
+        theirs.close()
+        ours.close()
+
+
+@pytest.mark.parametrize("raw", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nhello",
+])
+def test_a_stream_cut_short_is_an_http_error(raw: bytes) -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(raw)
+        theirs.shutdown(socket.SHUT_WR)
+        with pytest.raises(http.client.IncompleteRead):
+            stream_of(ours).read_all(5)
+    finally:
+        theirs.close()
+        ours.close()
+
+
+def test_a_stream_read_uses_the_timeout_it_is_given() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        stream = stream_of(ours)
+        with pytest.raises(TimeoutError):
+            stream.read(0.05)
+        assert stream._conn.sock.gettimeout() == 0.05
+    finally:
+        theirs.close()
+        ours.close()
+
+
+def test_a_stream_names_its_connection_by_both_addresses(
+        server: Server, connections: Connections) -> None:
+    stream = connections.stream("GET", "/stream", {}, 5)
+    try:
+        local, _, peer = stream.connection.partition(" -> ")
+        assert peer == f"127.0.0.1:{server.local.server.server_address[1]}"
+        assert local.startswith("127.0.0.1:") and local != peer
+    finally:
+        stream.close()
+
+
+def test_a_line_is_returned_as_soon_as_its_end_arrives() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        ours.settimeout(1)
+        theirs.sendall(b"\nHTTP/1.1")  # a bare LF first in what one recv brings
+        reader = _Reader(ours)
+        assert reader.line() == b"\n"
+    finally:
+        theirs.close()
+        ours.close()
+
+
+def test_a_large_body_cut_short_says_how_much_is_missing() -> None:
+    size = 3 << 20
+    with pytest.raises(http.client.IncompleteRead) as raised:
+        answer(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + b"x" * (1 << 20))
+    assert raised.value.expected == size - (1 << 20)
+    assert len(raised.value.partial) == 1 << 20
+
+
+def test_a_client_key_without_its_certificate_is_refused(pki: Pki) -> None:
+    configuration = client.Configuration(host="https://127.0.0.1:1")
+    configuration.key_file = str(pki.client_key)
+    with pytest.raises(UnsupportedSetting, match="without a client certificate") as raised:
+        endpoint(configuration)
+    assert raised.value.setting == "cert_file"
+
+
+def test_assert_hostname_false_verifies_the_ca_but_not_the_name(
+        tls_server: TLSServer, pki: Pki) -> None:
+    configuration = client.Configuration(host=f"https://localhost:{tls_server.port}")
+    configuration.ssl_ca_cert = str(pki.ca)
+    configuration.assert_hostname = False
+    target = endpoint(configuration)
+    assert target.tls is not None and not target.tls.check_hostname
+    assert target.tls.verify_mode == ssl.CERT_REQUIRED
+    kube = Kube(configuration)
+    try:
+        assert kube.request("get", "/version")  # localhost: not in the certificate
+    finally:
+        kube.close()
+
+
+@pytest.mark.parametrize(("url", "address", "authorization"), [
+    ("http://127.0.0.1", ("127.0.0.1", 80), None),
+    ("127.0.0.1:3128", ("127.0.0.1", 3128), None),
+    ("http://me@127.0.0.1:3128", ("127.0.0.1", 3128),
+     "Basic " + base64.b64encode(b"me:").decode()),
+])
+def test_a_proxy_url_is_read_as_http_clients_read_it(
+        url: str, address: tuple[str, int], authorization: str | None) -> None:
+    configuration = client.Configuration(host="https://api.example")
+    configuration.proxy = url
+    configuration.proxy_headers = {"X-Proxy-Token": "abc"}
+    proxy = endpoint(configuration).proxy
+    assert proxy is not None
+    assert (proxy.address, proxy.authorization) == (address, authorization)
+    assert proxy.headers == (("X-Proxy-Token", "abc"),)
+
+
+def test_a_proxy_url_without_a_host_is_refused() -> None:
+    configuration = client.Configuration(host="https://api.example")
+    configuration.proxy = "http://:3128"
+    with pytest.raises(UnsupportedSetting, match="names no host"):
+        endpoint(configuration)
+
+
+def test_the_proxys_headers_go_with_the_tunnel_request(
+        tls_server: TLSServer, pki: Pki, proxy: ConnectProxy) -> None:
+    configuration = client.Configuration(host=f"https://127.0.0.1:{tls_server.port}")
+    configuration.ssl_ca_cert = str(pki.ca)
+    configuration.proxy = proxy.url
+    configuration.proxy_headers = {"X-Proxy-Token": "abc"}
+    kube = Kube(configuration)
+    try:
+        assert kube.request("get", "/version")
+    finally:
+        kube.close()
+    assert "X-Proxy-Token: abc\r\n" in proxy.heads[0]
+    assert "Proxy-Authorization" not in proxy.heads[0]
+
+
+def test_a_plain_http_server_through_a_proxy_is_asked_by_its_absolute_url() -> None:
+    heads: list[bytes] = []
+
+    class Proxy(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            heads.append(self.request.recv(4096))
+            self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+
+    with RawServer(Proxy) as proxy_server:
+        configuration = client.Configuration(host="http://api.example:8080")
+        configuration.proxy = f"http://127.0.0.1:{proxy_server.port}"
+        kube = Kube(configuration)
+        try:
+            assert kube.request("get", "/version") == {}
+        finally:
+            kube.close()
+    assert heads[0].startswith(b"GET http://api.example:8080/version HTTP/1.1\r\n")
+    assert b"\r\nHost: api.example:8080\r\n" in heads[0]
+
+
+def test_a_proxy_that_sends_more_than_its_tunnel_answer_is_an_error(
+        tls_server: TLSServer, pki: Pki) -> None:
+    class Chatty(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(4096)
+            self.request.sendall(b"HTTP/1.1 200 Connection established\r\n\r\nsurprise")
+
+    with RawServer(Chatty) as chatty:
+        configuration = client.Configuration(host=f"https://127.0.0.1:{tls_server.port}")
+        configuration.ssl_ca_cert = str(pki.ca)
+        configuration.proxy = f"http://127.0.0.1:{chatty.port}"
+        kube = Kube(configuration)
+        try:
+            with pytest.raises(ApiError, match="bytes after accepting the tunnel"):
+                kube.request("get", "/version")
+        finally:
+            kube.close()
+
+
+def test_a_head_cut_short_is_an_incomplete_read() -> None:
+    with pytest.raises(http.client.IncompleteRead):
+        answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n")
+
+
+def test_a_line_split_across_receives_is_put_together() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        reader = _Reader(ours)
+        theirs.sendall(b"HTTP/1.1 2")
+        ours.settimeout(0.05)
+        with pytest.raises(TimeoutError):
+            reader.line()  # the first part is in, its end is not
+        theirs.sendall(b"00 OK\r\n")
+        ours.settimeout(5)
+        assert reader.line() == b"HTTP/1.1 200 OK\r\n"
+    finally:
+        theirs.close()
+        ours.close()
+
+
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n",
+                                  b"HTTP/1.1 200 OK\r\n\r\n"])
+def test_a_stream_body_that_comes_in_pieces_is_read_piece_by_piece(head: bytes) -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(head + b"hello")
+        stream = stream_of(ours)
+        assert stream.read(5) == b"hello"
+        theirs.sendall(b", world")
+        theirs.shutdown(socket.SHUT_WR)
+        assert stream.read(5) == b", world"
+        assert stream.read(5) == b""
+    finally:
+        theirs.close()
+        ours.close()
+
+
+@pytest.mark.parametrize("raw", [b"HTTP/1.1 304 Not Modified\r\n\r\n",
+                                 b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n"])
+def test_a_stream_without_a_body_by_its_status_or_method_ends_at_once(raw: bytes) -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(raw)
+        method = "GET" if b"304" in raw else "HEAD"
+        assert stream_of(ours, method).read(5) == b""
+    finally:
+        theirs.close()
+        ours.close()
