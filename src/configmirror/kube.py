@@ -111,10 +111,6 @@ class ApiError(Exception):
         return classify(self.status)
 
     @property
-    def forbidden(self) -> bool:
-        return self.status == 403
-
-    @property
     def namespace_terminating(self) -> bool:
         return self.status == 403 and "being terminated" in self.message
 
