@@ -18,8 +18,9 @@
 #   binaries      kubeadm, kubelet, kubectl (hack/controlplane/build.sh --node)
 #   images        registry.k8s.io/{kube-apiserver,kube-controller-manager,kube-scheduler,
 #                 kube-proxy}:v$KUBERNETES_VERSION, etcd:$ETCD_VERSION-0, pause:$PAUSE_VERSION
-#                 (the same build), coredns/coredns:v$COREDNS_VERSION (its Go module), tagged as
-#                 kubeadm names them, so nothing is pulled
+#                 (the same build), coredns/coredns:v$COREDNS_VERSION (its Go module, with the
+#                 plugins kubeadm's Corefile uses: hack/kind/coredns.sh), tagged as kubeadm
+#                 names them, so nothing is pulled
 #   pod network   no kindnetd (its module is not served): containerd writes the node's CNI
 #                 config from hack/kind/node/cni.template (ptp + host-local); one node
 #   storage       kind's fallback StorageClass (no local-path-provisioner image)
@@ -46,9 +47,9 @@ quietly() {  # run a command; show what it printed only when it fails
 took() { echo "$((SECONDS - $1)) s"; }
 
 image="configmirror-kind-node:v$KUBERNETES_VERSION"
-# The pinned versions (not their comments), this script and the node's own files.
+# The pinned versions (not their comments), this script, CoreDNS's and the node's own files.
 key=$( (grep -hv '^#' "$repo/hack/controlplane/versions.env" "$here/versions.env"
-        cat "$0" "$here"/node/*) | sha256sum | cut -c1-16)
+        cat "$0" "$here/coredns.sh" "$here"/node/*) | sha256sum | cut -c1-16)
 cache_root=${CONFIGMIRROR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/configmirror}
 cache="$cache_root/kind"
 tarball="$cache/node-image-$key.tar"
@@ -96,17 +97,7 @@ kind_module=$(cd "$work" && go mod download -json "sigs.k8s.io/kind@v$KIND_VERSI
 kind_files="$kind_module/images/base/files"
 [ -f "$kind_files/usr/local/bin/entrypoint" ] || { log "no kind node files in $kind_files"; exit 1; }
 
-coredns="$cache/coredns-$COREDNS_VERSION/coredns"
-if [ ! -x "$coredns" ]; then
-  t=$SECONDS
-  log "CoreDNS v$COREDNS_VERSION: go install from the module proxy"
-  mkdir -p "$work/coredns"
-  GOBIN="$work/coredns" go install -trimpath -ldflags "-s -w" \
-    "github.com/coredns/coredns@v$COREDNS_VERSION"
-  mkdir -p "$(dirname "$coredns")"
-  mv "$work/coredns/coredns" "$coredns"
-  log "CoreDNS built in $(took "$t")"
-fi
+coredns=$("$here/coredns.sh" | tail -n 1)   # with the plugins kubeadm's Corefile names
 
 # -- Debian root filesystems -------------------------------------------------------------------
 debian() {  # debian OUT.tar PACKAGES: a minbase $DEBIAN_SUITE with PACKAGES, no docs

@@ -77,6 +77,40 @@ def test_our_node_image_runs_our_kubernetes_build_and_pulled_no_image(
     assert not pulling, [e.message for e in pulling]
 
 
+def test_a_pod_resolves_services_through_the_clusters_coredns(
+        cluster: Cluster, image: str, namespace: str) -> None:
+    """The cluster DNS answers a pod: the API server's Service by its short name (through the
+    pod's search path) and its full name, and a name under cluster.local that does not exist
+    is refused (the kubernetes plugin is authoritative there, nothing is forwarded). On our
+    node image, CoreDNS has only the plugins of kubeadm's Corefile (hack/kind/coredns.sh)."""
+    names = ["kubernetes.default", "kubernetes.default.svc.cluster.local"]
+    script = (
+        "import socket, sys\n"
+        f"for name in {names!r}:\n"
+        "    print(name, socket.gethostbyname(name))\n"
+        "try:\n"
+        "    socket.gethostbyname('no-such-service.default.svc.cluster.local')\n"
+        "except socket.gaierror as err:\n"
+        "    print('refused', err.errno == socket.EAI_NONAME)\n"
+        "else:\n"
+        "    sys.exit('no-such-service resolved')\n")
+    cluster.core.create_namespaced_pod(namespace, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="resolve"),
+        spec=client.V1PodSpec(restart_policy="Never", containers=[client.V1Container(
+            name="resolve", image=image, image_pull_policy="Never",
+            command=["python3", "-c", script])])))
+
+    def finished() -> str | None:
+        phase = cluster.core.read_namespaced_pod("resolve", namespace).status.phase
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_for(finished, 120, "the resolving pod to finish")
+    log = cluster.core.read_namespaced_pod_log("resolve", namespace)
+    assert phase == "Succeeded", log
+    service_ip = cluster.core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    assert log.splitlines() == [*(f"{name} {service_ip}" for name in names), "refused True"], log
+
+
 def test_pods_pull_their_images_from_a_plain_http_registry_on_this_machine(
         cluster: Cluster, kind: KindCluster, image: str, namespace: str,
         tmp_path: Path) -> None:
