@@ -101,8 +101,11 @@ coredns=$("$here/coredns.sh" | tail -n 1)   # with the plugins kubeadm's Corefil
 
 # -- Debian root filesystems -------------------------------------------------------------------
 debian() {  # debian OUT.tar PACKAGES: a minbase $DEBIAN_SUITE with PACKAGES, no docs
+  # force-unsafe-io: dpkg does not fsync every file it unpacks into a root that becomes a tar
+  # (as Debian's own container images set it): on a busy disk that halved the wall time of
+  # the kube-proxy base here (305 -> 174 s), for the same CPU time.
   if ! mmdebstrap --quiet --variant=minbase --include="$2" \
-    --aptopt='APT::Install-Recommends "false"' \
+    --aptopt='APT::Install-Recommends "false"' --dpkgopt=force-unsafe-io \
     --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
