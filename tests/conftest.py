@@ -23,7 +23,7 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from hypothesis import settings
@@ -78,16 +78,25 @@ class Cluster:
         return self.plane
 
 
+def missing(reason: str) -> NoReturn:
+    """Skip the test for `reason`; in CI, where everything a test needs is built or
+    installed, fail it."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
+
+
+def require(reason: str | None) -> None:
+    """`missing(reason)`, unless reason is None."""
+    if reason is not None:
+        missing(reason)
+
+
 def require_docker() -> None:
     """Skip the test without a Docker daemon; in CI, fail it."""
     reason = docker_missing()
-    if reason is None:
-        return
-    message = (f"no Docker: {reason}. Install docker.io and start dockerd as root "
-               "(.ci/run does both)")
-    if os.environ.get("CI") == "true":
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    require(None if reason is None else (
+        f"no Docker: {reason}. Install docker.io and start dockerd as root (.ci/run does both)"))
 
 
 @dataclass(frozen=True)
@@ -116,9 +125,7 @@ def require_kind() -> KindTools:
         reason = NO_CONTROL_PLANE + " (the node tier uses its kubectl)"
     else:
         return KindTools(kind, image, assets / "kubectl")
-    if ci:
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
+    missing(reason)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -135,9 +142,7 @@ def start_plane(**options: Any) -> ControlPlane:
     """A started local control plane (ControlPlane's options); the caller stops it."""
     assets = find_assets(REPO, build=os.environ.get("CI") == "true")
     if assets is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(NO_CONTROL_PLANE, pytrace=False)
-        pytest.skip(NO_CONTROL_PLANE)
+        missing(NO_CONTROL_PLANE)
     plane = ControlPlane(assets, **options)
     plane.start()
     return plane

@@ -36,7 +36,15 @@ from configmirror_testing.release import (
     release_missing,
 )
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, require_docker, require_kind, unique_name
+from tests.conftest import (
+    REPO,
+    Cluster,
+    missing,
+    require,
+    require_docker,
+    require_kind,
+    unique_name,
+)
 
 __all__ = ["IN_CLUSTER", "REMOVAL_TIMEOUT", "Operator", "Operators", "configmap", "events",
            "read", "requests_into", "restart_writes_nothing", "restricted_operator_identity",
@@ -228,9 +236,7 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     ci = os.environ.get("CI") == "true"
     binary = find_helm(REPO, build=ci)
     if binary is None:
-        if ci:
-            pytest.fail(NO_HELM, pytrace=False)
-        pytest.skip(NO_HELM)
+        missing(NO_HELM)
     return Helm(binary, tmp_path_factory.mktemp("helm-home"))
 
 
@@ -278,15 +284,6 @@ def run_test_module(module: Path, env: dict[str, str], *args: str, timeout: floa
 
 RELEASE_PATH = "e2e"           # REGISTRY=127.0.0.1:<port>/e2e
 COSIGN_PASSWORD = "e2e-password"
-
-
-def require(reason: str | None) -> None:
-    """Skip the test for `reason`; in CI, fail it."""
-    if reason is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from kubernetes import client
 from configmirror_testing.controlplane import free_port, spawn, stop_process
 from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster
+from tests.conftest import REPO, Cluster, missing
 from tests.e2e.conftest import events
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
@@ -48,7 +48,7 @@ def kind(cluster: Cluster) -> KindCluster:
 def test_our_node_image_runs_our_kubernetes_build_and_pulled_no_image(
         cluster: Cluster, kind: KindCluster) -> None:
     if "configmirror-kind-node:" not in (kind.image or ""):
-        pytest.skip(f"the node image is {kind.image}, not ours (make kind-node-image)")
+        missing(f"the node image is {kind.image}, not ours (make kind-node-image)")
     version = f"v{VERSIONS['KUBERNETES_VERSION']}"
     [node] = cluster.core.list_node().items
     assert node.status.node_info.kubelet_version == version
@@ -120,10 +120,7 @@ def test_pods_pull_their_images_from_a_plain_http_registry_on_this_machine(
     the gateway as the node's mirror for it."""
     registry = shutil.which("docker-registry")
     if registry is None:
-        message = "no docker-registry (apt-get install docker-registry)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing("no docker-registry (apt-get install docker-registry)")
     port = free_port("0.0.0.0")
     config = tmp_path / "registry.json"  # YAML's superset: JSON is a registry config
     config.write_text(json.dumps({

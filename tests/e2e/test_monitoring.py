@@ -27,7 +27,7 @@ from configmirror_testing.helm import Helm
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.promtool import Promtool, Selector, find_promtool
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, Namespaces, unique_name
+from tests.conftest import REPO, Cluster, Namespaces, missing, unique_name
 from tests.e2e.conftest import Operators, configmap, read
 from tests.e2e.test_chart import (
     CHART,
@@ -68,9 +68,7 @@ def promtool() -> Promtool:
     ci = os.environ.get("CI") == "true"
     folder = find_promtool(REPO, build=ci)
     if folder is None:
-        if ci:
-            pytest.fail(NO_PROMTOOL, pytrace=False)
-        pytest.skip(NO_PROMTOOL)
+        missing(NO_PROMTOOL)
     return Promtool(folder)
 
 
