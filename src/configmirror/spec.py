@@ -17,7 +17,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from configmirror.selector import Selector, SelectorError, parse_selector
@@ -64,16 +64,23 @@ class Patterns:
 
     includes: tuple[re.Pattern[str], ...]
     excludes: tuple[re.Pattern[str], ...]
+    # Each side as one regular expression (None: no entries), so a match is one call into
+    # `re`: it runs several times for every namespace each decision considers.
+    _include: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    _exclude: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_include", _either(self.includes))
+        object.__setattr__(self, "_exclude", _either(self.excludes))
 
     def matches(self, name: str) -> bool:
-        # Runs for every namespace a plan considers: the includes in a plain loop (no
-        # generator), the excludes (usually none) only when there are some.
-        for include in self.includes:
-            if include.fullmatch(name):
-                break
-        else:
-            return False
-        return not self.excludes or not any(e.fullmatch(name) for e in self.excludes)
+        return self._include is not None and self._include.fullmatch(name) is not None and (
+            self._exclude is None or self._exclude.fullmatch(name) is None)
+
+
+def _either(patterns: tuple[re.Pattern[str], ...]) -> re.Pattern[str] | None:
+    """One expression that matches what any of `patterns` matches (each with its own flags)."""
+    return re.compile("|".join(f"(?:{p.pattern})" for p in patterns)) if patterns else None
 
 
 @dataclass(frozen=True)
@@ -330,7 +337,7 @@ class Copied:
 
 def parse_copied(copy_labels: str | None, copy_annotations: str | None,
                  copy_keys: str | None = None) -> Copied:
-    everything = Patterns((re.compile(".*", re.DOTALL),), ())
+    everything = Patterns((re.compile("(?s:.*)"),), ())
     return Copied(
         parse_key_patterns(copy_labels, COPY_LABELS) if copy_labels is not None else everything,
         parse_key_patterns(copy_annotations, COPY_ANNOTATIONS)

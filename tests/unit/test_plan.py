@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fnmatch
 from typing import Any
 
 import pytest
@@ -174,6 +175,20 @@ def test_an_exact_name_matches_itself_and_star_matches_everything(name: str) -> 
     assert parse_patterns(name).matches(name)
     assert parse_patterns("*").matches(name)
     assert not parse_patterns(f"*,!{name}").matches(name)
+
+
+GLOB = st.from_regex(r"[a-c*?-]{1,4}|[a-c]\[!?a-b\]", fullmatch=True)
+
+
+@given(st.lists(GLOB, min_size=1, max_size=4), st.lists(GLOB, max_size=3),
+       st.from_regex(r"[a-c-]{1,5}", fullmatch=True))
+def test_patterns_match_what_one_include_and_no_exclude_match(
+        includes: list[str], excludes: list[str], name: str) -> None:
+    # The entries are matched as one expression per side; the definition is entry by entry.
+    text = ",".join([*includes, *(f"!{e}" for e in excludes)])
+    expected = (any(fnmatch.fnmatchcase(name, g) for g in includes)
+                and not any(fnmatch.fnmatchcase(name, g) for g in excludes))
+    assert parse_patterns(text).matches(name) is expected
 
 
 # -- targets ----------------------------------------------------------------------------
