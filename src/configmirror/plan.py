@@ -288,9 +288,10 @@ def decide(namespace: str, name: str, current: CachedObject | None, world: World
     A replica whose source went away with `on-delete: retain` is released, not deleted; one
     whose source says `sync: once` is never updated.
     """
-    return _decide(namespace, name, current, world.namespace(namespace),
-                   _contenders(world.sources_named(name), world, scope), world, scope, admitted,
-                   grace)
+    ns = world.namespace(namespace)
+    candidates = [] if ns is None else [
+        s for s in _contenders(world.sources_named(name), world, scope) if wants(s, ns, scope)]
+    return _decide(namespace, name, current, ns, candidates, world, scope, admitted, grace)
 
 
 def _contenders(sources: Iterable[CachedObject], world: World, scope: Scope
@@ -301,11 +302,11 @@ def _contenders(sources: Iterable[CachedObject], world: World, scope: Scope
 
 
 def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespace | None,
-            contenders: list[CachedObject], world: World, scope: Scope,
+            candidates: list[CachedObject], world: World, scope: Scope,
             admitted: Admitted, grace: Grace) -> Decision:
+    """`decide`, given `candidates`: the honoured sources that want the place, oldest first."""
     if ns is None or ns.terminating:
         return Decision(namespace, name)
-    candidates = [s for s in contenders if wants(s, ns, scope)]
     if current is None:
         if not candidates:
             return Decision(namespace, name)
@@ -424,13 +425,19 @@ def plan_source(key: str, world: World, current: Callable[[str], CachedObject | 
                      if honoured_source is not None and wants(honoured_source, ns, scope))
     pullers = tuple(sorted(ns.name for ns in namespaces if ns.pulls.entries
                            and (world.kind.name, key) in ns.pulls.entries))
-    touched = set(targets) | {r.namespace for r in world.replicas_of(key)}
+    wanted = set(targets)
+    touched = wanted | {r.namespace for r in world.replicas_of(key)}
     contenders = _contenders(world.sources_named(name), world, scope)
     actions: list[Action] = []
     conflicts: list[Conflict] = []
     for namespace in sorted(touched):
-        decision = _decide(namespace, name, current(f"{namespace}/{name}"),
-                           world.namespace(namespace), contenders, world, scope, admitted, grace)
+        ns = world.namespace(namespace)
+        # The same candidates `decide` finds; whether this source wants the place is known.
+        candidates = [] if ns is None else [
+            s for s in contenders
+            if (namespace in wanted if s is honoured_source else wants(s, ns, scope))]
+        decision = _decide(namespace, name, current(f"{namespace}/{name}"), ns, candidates,
+                           world, scope, admitted, grace)
         actions.extend(a for a in (decision.action, decision.then)
                        if a is not None and a.source == key)
         conflicts.extend(c for c in decision.conflicts if c.source == key)
