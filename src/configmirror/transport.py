@@ -421,6 +421,11 @@ class _Reader:
         """The status, reason and wanted headers of the final (non-1xx) answer; the headers
         also hold "version"."""
         while True:
+            whole = self._whole_head()
+            if whole is not None:
+                if whole[0] >= 200:
+                    return whole
+                continue
             line = self.line()
             if not line:
                 raise http.client.RemoteDisconnected("the server closed the connection "
@@ -435,6 +440,29 @@ class _Reader:
                 break
         fields["version"] = version.decode("latin-1")
         return status, reason.strip().decode("latin-1"), fields
+
+    def _whole_head(self) -> tuple[int, str, dict[str, str]] | None:
+        """The next head at once, when all of it is buffered with CRLF line ends and within
+        the limits (the common case: a write's answer comes in one recv); else None, nothing
+        consumed, and the line by line path reads it (and raises what it raises)."""
+        end = self._buf.find(b"\r\n\r\n", self._pos)
+        if end < 0:
+            return None
+        lines = self._buf[self._pos:end].split(b"\r\n")
+        version, _, rest = lines[0].partition(b" ")
+        code, _, reason = rest.partition(b" ")
+        if (len(lines) > MAX_HEADERS + 1 or max(map(len, lines)) > MAX_LINE - 2
+                or not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit()
+                or any(b"\n" in line for line in lines)):
+            return None
+        found: dict[str, str] = {"version": version.decode("latin-1")}
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            wanted = _WANTED.get(name.strip().lower()) if colon else None
+            if wanted is not None:
+                found[wanted] = value.strip().decode("latin-1")
+        self._pos = end + 4
+        return int(code), reason.strip().decode("latin-1"), found
 
     def fields(self) -> dict[str, str]:
         """Header lines up to the blank one; only the wanted ones kept, by lower-case name."""
@@ -464,14 +492,14 @@ class _Reader:
                 return line
             if self.buffered() > MAX_LINE:
                 raise http.client.LineTooLong("header line")
-            if not self._more():
+            if not self.fill():
                 line = self._buf[self._pos:]
                 self._buf, self._pos = b"", 0
                 return line
 
     def some(self, limit: int) -> bytes:
         """Up to `limit` bytes (at least one, waiting for them), b"" at the end."""
-        if not self.buffered() and not self._more():
+        if not self.buffered() and not self.fill():
             return b""
         data = self._buf[self._pos:self._pos + limit]
         self._pos += len(data)
@@ -498,11 +526,29 @@ class _Reader:
         return bytes(out)
 
     def to_end(self) -> bytes:
-        while self._more():
+        while self.fill():
             pass
         data = self._buf[self._pos:]
         self._buf, self._pos = b"", 0
         return data
+
+    def whole_chunk(self) -> bytes | None:
+        """The next chunk's data when all of it, with its size line and CRLF, is buffered and
+        it is not the last one (a watch event, as the server sends it); else None, nothing
+        consumed."""
+        buf, pos = self._buf, self._pos
+        eol = buf.find(b"\r\n", pos, pos + 20)
+        if eol < 0:
+            return None
+        try:
+            size = int(buf[pos:eol], 16)  # no extensions, no blanks: else the slow path
+        except ValueError:
+            return None
+        start = eol + 2
+        if size <= 0 or buf[start + size:start + size + 2] != b"\r\n":
+            return None
+        self._pos = start + size + 2
+        return buf[start:start + size]
 
     def chunk_size(self) -> int:
         """The size of the next chunk (0: the last one, its trailer read too)."""
@@ -522,7 +568,7 @@ class _Reader:
             self.chunk_end()
         return b"".join(chunks)
 
-    def _more(self) -> bool:
+    def fill(self) -> bool:
         """Receive what the socket has (waiting up to its timeout); False at its end."""
         data = self._sock.recv(_RECV)
         if not data:
@@ -594,6 +640,11 @@ class Stream:
             return data
         while True:
             if self._chunk_left == 0:
+                if not reader.buffered():
+                    reader.fill()  # the next chunk, waited for (at the end: see chunk_size)
+                whole = reader.whole_chunk()
+                if whole is not None:
+                    return whole
                 size = reader.chunk_size()
                 if size == 0:
                     self._ended = True

@@ -42,9 +42,30 @@ from configmirror_testing.wait import wait_for
 # -- framing: an answer's bytes, written by hand to one end of a socket pair ---------------------
 
 
-def answer(raw: bytes, method: str = "GET") -> tuple[Any, bool, bytes]:
+class Trickle:
+    """A peer's bytes as a socket delivers them at worst: one byte per receive. The reader
+    then never has a whole head or chunk buffered, so it takes its line by line path."""
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+
+    def recv(self, limit: int) -> bytes:
+        byte, self._raw = self._raw[:1], self._raw[1:]
+        return byte
+
+    def recv_into(self, view: memoryview, limit: int) -> int:
+        byte = self.recv(limit)
+        view[:len(byte)] = byte
+        return len(byte)
+
+
+def answer(raw: bytes, method: str = "GET", trickle: bool = False) -> tuple[Any, bool, bytes]:
     """(the response, whether the connection may be reused, the bytes left unread) of `raw`
-    sent by a peer that then closes its side."""
+    sent by a peer that then closes its side: all at once, or a byte per receive."""
+    if trickle:
+        reader = _Reader(Trickle(raw))  # type: ignore[arg-type]
+        response, keep_alive = reader.response(method)
+        return response, keep_alive, reader.to_end()
     ours, theirs = socket.socketpair()
     ours.settimeout(5)
 
@@ -81,11 +102,16 @@ def answer(raw: bytes, method: str = "GET") -> tuple[Any, bool, bytes]:
      + b"\r\n0\r\n\r\n", b"z" * 26, True),                                  # hex sizes
     (b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\nhello, world", b"hello, world", True),
     (b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}", b"{}", True),           # bare LF lines
+    (b"HTTP/1.1 200 OK\nContent-Length: 2\r\n\r\n{}", b"{}", True),       # and mixed
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b" 2 \r\nab\r\n0x1\r\nc\r\n0\r\n\r\n", b"abc", True),             # sizes as int() reads
     (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n", b"", True),  # 204: no body
     (b"HTTP/1.1 304 Not Modified\r\n\r\n", b"", True),
 ])
-def test_an_answer_is_framed_as_http_1_1_says(raw: bytes, body: bytes, reusable: bool) -> None:
-    response, keep_alive, rest = answer(raw)
+@pytest.mark.parametrize("trickle", [False, True], ids=["at once", "a byte per receive"])
+def test_an_answer_is_framed_as_http_1_1_says(raw: bytes, body: bytes, reusable: bool,
+                                             trickle: bool) -> None:
+    response, keep_alive, rest = answer(raw, trickle=trickle)
     assert (response.data, keep_alive, rest) == (body, reusable, b"")
 
 
@@ -95,10 +121,12 @@ def test_the_answer_to_a_head_request_has_no_body_whatever_its_length_says() -> 
     assert (response.data, keep_alive, rest) == (b"", True, b"HTTP/1.1 200 OK\r\n")
 
 
-def test_an_answer_keeps_its_status_reason_and_retry_after_and_leaves_the_next_unread() -> None:
+@pytest.mark.parametrize("trickle", [False, True], ids=["at once", "a byte per receive"])
+def test_an_answer_keeps_its_status_reason_and_retry_after_and_leaves_the_next_unread(
+        trickle: bool) -> None:
     raw = (b"HTTP/1.1 429 Too Many Requests\r\nretry-after:  3 \r\nContent-Length: 2\r\n\r\n{}"
            b"HTTP/1.1 200 OK\r\n")
-    response, _, rest = answer(raw, "POST")
+    response, _, rest = answer(raw, "POST", trickle)
     assert (response.status, response.reason, response.retry_after) == \
         (429, "Too Many Requests", "3")
     assert rest == b"HTTP/1.1 200 OK\r\n"
@@ -124,16 +152,17 @@ def test_a_large_body_arrives_whole() -> None:
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",  # a chunk cut short
     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",               # cut inside the head
 ])
-def test_a_broken_answer_is_an_http_error(raw: bytes) -> None:
+@pytest.mark.parametrize("trickle", [False, True], ids=["at once", "a byte per receive"])
+def test_a_broken_answer_is_an_http_error(raw: bytes, trickle: bool) -> None:
     with pytest.raises(http.client.HTTPException):
-        answer(raw)
+        answer(raw, trickle=trickle)
 
 
 def test_a_header_line_longer_than_the_limit_is_refused() -> None:
     fits = b"X-Long: " + b"a" * (MAX_LINE - 10) + b"\r\n"
     assert answer(b"HTTP/1.1 200 OK\r\n" + fits + b"Content-Length: 0\r\n\r\n")[0].status == 200
-    with pytest.raises(http.client.LineTooLong):
-        answer(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * MAX_LINE + b"\r\n\r\n")
+    with pytest.raises(http.client.LineTooLong):  # one byte more
+        answer(b"HTTP/1.1 200 OK\r\n" + fits[:-2] + b"a\r\nContent-Length: 0\r\n\r\n")
 
 
 def test_a_status_line_without_an_end_is_refused_not_buffered_forever() -> None:
@@ -908,6 +937,44 @@ def test_a_stream_cut_short_is_an_http_error(raw: bytes) -> None:
     finally:
         theirs.close()
         ours.close()
+
+
+class TrickleSocket(Trickle):
+    """Trickle, as much of a socket as a Stream uses."""
+
+    def settimeout(self, timeout: float) -> None:
+        pass
+
+    def getsockname(self) -> str:
+        raise OSError("not connected")
+
+    getpeername = getsockname
+
+
+@pytest.mark.parametrize("trickle", [False, True], ids=["at once", "a byte per receive"])
+def test_a_chunked_stream_is_read_a_chunk_at_a_time_however_it_arrives(trickle: bool) -> None:
+    chunks = [b'{"a": 1}\n', b"bc\n\n", b"x" * 16]
+    raw = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b'9\r\n{"a": 1}\n\r\n' + b"4;ext=1\r\nbc\n\n\r\n" + b"10\r\n" + b"x" * 16 + b"\r\n"
+           b"0\r\nX-Trailer: t\r\n\r\n")
+    ours, theirs = socket.socketpair()
+    try:
+        if trickle:
+            stream = stream_of(TrickleSocket(raw))  # type: ignore[arg-type]
+        else:
+            theirs.sendall(raw)  # all of it buffered before the first read
+            stream = stream_of(ours)
+        reads = []
+        while data := stream.read(5):
+            reads.append(data)
+        assert stream.read(5) == b""
+    finally:
+        theirs.close()
+        ours.close()
+    if trickle:
+        assert b"".join(reads) == b"".join(chunks)
+    else:
+        assert reads == chunks
 
 
 def test_a_stream_read_uses_the_timeout_it_is_given() -> None:
