@@ -11,6 +11,7 @@ the reason. Named mutants (NAMED) add the one-line changes a reviewer asked abou
 
     make mutate                         # everything; exits 1 if an unexplained mutant survives
     hack/mutate.py --only controller    # the mutants of files (or lines) matching a word
+    hack/mutate.py --only 'plan.py:(29[0-4]|43[0-9]) '   # or a regular expression
     hack/mutate.py --list               # the mutants, without running anything
 
 It works on a copy of the tree in a temporary folder: each mutant is written there and run
@@ -26,6 +27,7 @@ import argparse
 import ast
 import copy
 import os
+import re
 import shutil
 import signal
 import sys
@@ -639,7 +641,9 @@ def control_plane_available() -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="", help="run mutants whose name contains this")
+    parser.add_argument("--only", default="", help="run mutants whose name matches this "
+                        "regular expression (a word: whose name contains it), such as "
+                        "'transport.py:(44[4-9]|45) ' for the mutants of some lines")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once")
     args = parser.parse_args()
@@ -651,7 +655,7 @@ def main() -> int:
         files.remove("replicator.py")
         print("mutate: no control plane (CONFIGMIRROR_CONTROLPLANE_ASSETS): the mutants of "
               "replicator.py are left out")
-    mutants = [m for m in all_mutants(files) if args.only in m.name]
+    mutants = [m for m in all_mutants(files) if re.search(args.only, m.name)]
     if args.list:
         for m in mutants:
             print(f"{m.name}\n    - {m.before}\n    + {m.after}")
