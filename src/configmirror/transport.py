@@ -420,12 +420,15 @@ class _Reader:
     def head(self) -> tuple[int, str, dict[str, str]]:
         """The status, reason and wanted headers of the final (non-1xx) answer; the headers
         also hold "version"."""
-        while True:
+        while True:  # the common case: the head arrives in one recv, and is split at once
+            if not self.buffered():
+                self.fill()  # at the end, the line by line path below says so
             whole = self._whole_head()
-            if whole is not None:
-                if whole[0] >= 200:
-                    return whole
-                continue
+            if whole is None:
+                break
+            if whole[0] >= 200:
+                return whole
+        while True:
             line = self.line()
             if not line:
                 raise http.client.RemoteDisconnected("the server closed the connection "
@@ -442,18 +445,20 @@ class _Reader:
         return status, reason.strip().decode("latin-1"), fields
 
     def _whole_head(self) -> tuple[int, str, dict[str, str]] | None:
-        """The next head at once, when all of it is buffered with CRLF line ends and within
-        the limits (the common case: a write's answer comes in one recv); else None, nothing
-        consumed, and the line by line path reads it (and raises what it raises)."""
-        end = self._buf.find(b"\r\n\r\n", self._pos)
-        if end < 0:
+        """The next head at once, when all of it is buffered with CRLF line ends, a status line
+        and at most MAX_HEADERS headers (the common case: a write's answer comes in one recv);
+        else None, nothing consumed, and the line by line path reads it (and raises what it
+        raises)."""
+        try:
+            end = self._buf.index(b"\r\n\r\n", self._pos)
+        except ValueError:  # not all of it yet
             return None
         lines = self._buf[self._pos:end].split(b"\r\n")
         version, _, rest = lines[0].partition(b" ")
         code, _, reason = rest.partition(b" ")
-        if (len(lines) > MAX_HEADERS + 1 or max(map(len, lines)) > MAX_LINE - 2
-                or not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit()
-                or any(b"\n" in line for line in lines)):
+        # No line can be longer than MAX_LINE here: they are all in what one recv brought.
+        if (len(lines) > MAX_HEADERS + 1 or not version.startswith(b"HTTP/1.")
+                or len(code) != 3 or not code.isdigit() or any(b"\n" in line for line in lines)):
             return None
         found: dict[str, str] = {"version": version.decode("latin-1")}
         for line in lines[1:]:
@@ -537,18 +542,16 @@ class _Reader:
         it is not the last one (a watch event, as the server sends it); else None, nothing
         consumed."""
         buf, pos = self._buf, self._pos
-        eol = buf.find(b"\r\n", pos, pos + 20)
-        if eol < 0:
-            return None
         try:
-            size = int(buf[pos:eol], 16)  # no extensions, no blanks: else the slow path
+            eol = buf.index(b"\r\n", pos)
+            size = int(buf[pos:eol], 16)  # an extension, say: the slow path reads it
         except ValueError:
             return None
         start = eol + 2
-        if size <= 0 or buf[start + size:start + size + 2] != b"\r\n":
-            return None
-        self._pos = start + size + 2
-        return buf[start:start + size]
+        if size > 0 and buf[start + size:start + size + 2] == b"\r\n":
+            self._pos = start + size + 2
+            return buf[start:start + size]
+        return None
 
     def chunk_size(self) -> int:
         """The size of the next chunk (0: the last one, its trailer read too)."""

@@ -42,28 +42,53 @@ from configmirror_testing.wait import wait_for
 # -- framing: an answer's bytes, written by hand to one end of a socket pair ---------------------
 
 
-class Trickle:
-    """A peer's bytes as a socket delivers them at worst: one byte per receive. The reader
-    then never has a whole head or chunk buffered, so it takes its line by line path."""
+class Pieces:
+    """A peer's bytes as a socket delivers them, in the given pieces: one per receive (each
+    cut to what the receive asks for). With the bytes one by one, the reader never has a
+    whole head or chunk buffered, and takes its line by line path."""
 
-    def __init__(self, raw: bytes) -> None:
-        self._raw = raw
+    def __init__(self, *pieces: bytes) -> None:
+        self._pieces = [p for p in pieces if p]
 
     def recv(self, limit: int) -> bytes:
-        byte, self._raw = self._raw[:1], self._raw[1:]
-        return byte
+        if not self._pieces:
+            return b""
+        piece = self._pieces[0][:limit]
+        self._pieces[0] = self._pieces[0][limit:]
+        if not self._pieces[0]:
+            self._pieces.pop(0)
+        return piece
 
     def recv_into(self, view: memoryview, limit: int) -> int:
-        byte = self.recv(limit)
-        view[:len(byte)] = byte
-        return len(byte)
+        piece = self.recv(min(limit, len(view)))
+        view[:len(piece)] = piece
+        return len(piece)
+
+    def settimeout(self, timeout: float) -> None:
+        pass
+
+    def getsockname(self) -> str:  # as a Stream names its connection: not connected
+        raise OSError("not connected")
+
+    getpeername = getsockname
 
 
-def answer(raw: bytes, method: str = "GET", trickle: bool = False) -> tuple[Any, bool, bytes]:
+def bytewise(raw: bytes) -> Pieces:
+    return Pieces(*(raw[i:i + 1] for i in range(len(raw))))
+
+
+DELIVERIES = ["socket", "whole", "bytewise"]
+
+
+def answer(raw: bytes, method: str = "GET", delivery: str = "socket",
+           pieces: Pieces | None = None) -> tuple[Any, bool, bytes]:
     """(the response, whether the connection may be reused, the bytes left unread) of `raw`
-    sent by a peer that then closes its side: all at once, or a byte per receive."""
-    if trickle:
-        reader = _Reader(Trickle(raw))  # type: ignore[arg-type]
+    sent by a peer that then closes its side: through a socket pair, or from `pieces`
+    (default: by `delivery`, "whole" in one receive or "bytewise" a byte per receive)."""
+    if pieces is None and delivery != "socket":
+        pieces = Pieces(raw) if delivery == "whole" else bytewise(raw)
+    if pieces is not None:
+        reader = _Reader(pieces)  # type: ignore[arg-type]
         response, keep_alive = reader.response(method)
         return response, keep_alive, reader.to_end()
     ours, theirs = socket.socketpair()
@@ -108,10 +133,10 @@ def answer(raw: bytes, method: str = "GET", trickle: bool = False) -> tuple[Any,
     (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n", b"", True),  # 204: no body
     (b"HTTP/1.1 304 Not Modified\r\n\r\n", b"", True),
 ])
-@pytest.mark.parametrize("trickle", [False, True], ids=["at once", "a byte per receive"])
+@pytest.mark.parametrize("delivery", DELIVERIES)
 def test_an_answer_is_framed_as_http_1_1_says(raw: bytes, body: bytes, reusable: bool,
-                                             trickle: bool) -> None:
-    response, keep_alive, rest = answer(raw, trickle=trickle)
+                                             delivery: str) -> None:
+    response, keep_alive, rest = answer(raw, delivery=delivery)
     assert (response.data, keep_alive, rest) == (body, reusable, b"")
 
 
@@ -121,12 +146,12 @@ def test_the_answer_to_a_head_request_has_no_body_whatever_its_length_says() -> 
     assert (response.data, keep_alive, rest) == (b"", True, b"HTTP/1.1 200 OK\r\n")
 
 
-@pytest.mark.parametrize("trickle", [False, True], ids=["at once", "a byte per receive"])
+@pytest.mark.parametrize("delivery", DELIVERIES)
 def test_an_answer_keeps_its_status_reason_and_retry_after_and_leaves_the_next_unread(
-        trickle: bool) -> None:
+        delivery: str) -> None:
     raw = (b"HTTP/1.1 429 Too Many Requests\r\nretry-after:  3 \r\nContent-Length: 2\r\n\r\n{}"
            b"HTTP/1.1 200 OK\r\n")
-    response, _, rest = answer(raw, "POST", trickle)
+    response, _, rest = answer(raw, "POST", delivery)
     assert (response.status, response.reason, response.retry_after) == \
         (429, "Too Many Requests", "3")
     assert rest == b"HTTP/1.1 200 OK\r\n"
@@ -152,10 +177,33 @@ def test_a_large_body_arrives_whole() -> None:
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",  # a chunk cut short
     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",               # cut inside the head
 ])
-@pytest.mark.parametrize("trickle", [False, True], ids=["at once", "a byte per receive"])
-def test_a_broken_answer_is_an_http_error(raw: bytes, trickle: bool) -> None:
+@pytest.mark.parametrize("delivery", DELIVERIES)
+def test_a_broken_answer_is_an_http_error(raw: bytes, delivery: str) -> None:
     with pytest.raises(http.client.HTTPException):
-        answer(raw, trickle=trickle)
+        answer(raw, delivery=delivery)
+
+
+@pytest.mark.parametrize("raw", [
+    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 2\r\n"
+    b"Retry-After: 1\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+])
+def test_an_answer_cut_in_two_anywhere_reads_as_it_does_whole(raw: bytes) -> None:
+    whole = answer(raw, delivery="whole")
+    for cut in range(len(raw) + 1):
+        assert answer(raw, pieces=Pieces(raw[:cut], raw[cut:])) == whole, cut
+
+
+def test_an_answer_that_arrives_whole_is_split_at_once_not_read_line_by_line(
+        mocker: Any) -> None:
+    # What a fan-out costs per write: the answer to each comes in one receive.
+    mocker.patch.object(_Reader, "line", side_effect=AssertionError("read line by line"))
+    raw = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nAudit-Id: 1\r\n"
+           + b"X-N: 1\r\n" * (MAX_HEADERS - 3) + b"retry-after: 2\r\n"
+           b"Content-Length: 2\r\n\r\n{}")
+    response, keep_alive, _ = answer(raw, delivery="whole")
+    assert (response.status, response.reason, response.retry_after, response.data,
+            keep_alive) == (201, "Created", "2", b"{}", True)
 
 
 def test_a_header_line_longer_than_the_limit_is_refused() -> None:
@@ -175,9 +223,10 @@ def test_more_headers_than_the_limit_are_refused() -> None:
         return (b"HTTP/1.1 200 OK\r\n" + b"X-N: 1\r\n" * count
                 + b"Content-Length: 0\r\n\r\n")
 
-    assert answer(head(MAX_HEADERS - 1))[0].status == 200
-    with pytest.raises(http.client.HTTPException, match="headers"):
-        answer(head(MAX_HEADERS))
+    for delivery in DELIVERIES:
+        assert answer(head(MAX_HEADERS - 1), delivery=delivery)[0].status == 200
+        with pytest.raises(http.client.HTTPException, match="headers"):
+            answer(head(MAX_HEADERS), delivery=delivery)
 
 
 # -- connections against a real local server -----------------------------------------------------
@@ -939,28 +988,19 @@ def test_a_stream_cut_short_is_an_http_error(raw: bytes) -> None:
         ours.close()
 
 
-class TrickleSocket(Trickle):
-    """Trickle, as much of a socket as a Stream uses."""
-
-    def settimeout(self, timeout: float) -> None:
-        pass
-
-    def getsockname(self) -> str:
-        raise OSError("not connected")
-
-    getpeername = getsockname
+CHUNKED_STREAM = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b'9\r\n{"a": 1}\n\r\n' + b"4;ext=1\r\nbc\n\n\r\n" + b"10\r\n" + b"x" * 16
+                  + b"\r\n" + b"0\r\nX-Trailer: t\r\n\r\n")
 
 
 @pytest.mark.parametrize("trickle", [False, True], ids=["at once", "a byte per receive"])
 def test_a_chunked_stream_is_read_a_chunk_at_a_time_however_it_arrives(trickle: bool) -> None:
     chunks = [b'{"a": 1}\n', b"bc\n\n", b"x" * 16]
-    raw = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-           b'9\r\n{"a": 1}\n\r\n' + b"4;ext=1\r\nbc\n\n\r\n" + b"10\r\n" + b"x" * 16 + b"\r\n"
-           b"0\r\nX-Trailer: t\r\n\r\n")
+    raw = CHUNKED_STREAM
     ours, theirs = socket.socketpair()
     try:
         if trickle:
-            stream = stream_of(TrickleSocket(raw))  # type: ignore[arg-type]
+            stream = stream_of(bytewise(raw))  # type: ignore[arg-type]
         else:
             theirs.sendall(raw)  # all of it buffered before the first read
             stream = stream_of(ours)
@@ -975,6 +1015,28 @@ def test_a_chunked_stream_is_read_a_chunk_at_a_time_however_it_arrives(trickle: 
         assert b"".join(reads) == b"".join(chunks)
     else:
         assert reads == chunks
+
+
+def test_a_chunked_stream_cut_in_two_anywhere_reads_the_same_body() -> None:
+    for cut in range(len(CHUNKED_STREAM) + 1):
+        stream = stream_of(Pieces(CHUNKED_STREAM[:cut], CHUNKED_STREAM[cut:]))  # type: ignore[arg-type]
+        assert stream.read_all(5) == b'{"a": 1}\nbc\n\n' + b"x" * 16, cut
+
+
+def test_whole_chunks_of_a_stream_are_sliced_out_not_read_line_by_line(mocker: Any) -> None:
+    # What a watch costs per event: the server sends each as one chunk, in one receive.
+    events = [b'{"type": "ADDED"}\n', b"y" * 300 + b"\n", b"\n"]
+    stream = stream_of(Pieces(  # type: ignore[arg-type]
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        *(b"%x\r\n%s\r\n" % (len(e), e) for e in events)))  # each in a receive of its own
+    mocker.patch.object(_Reader, "chunk_size", side_effect=AssertionError("line by line"))
+    assert [stream.read(5) for _ in events] == events
+
+
+def test_a_stream_ended_by_its_last_chunk_stays_ended() -> None:
+    stream = stream_of(Pieces(  # type: ignore[arg-type]
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"))
+    assert [stream.read(5), stream.read(5), stream.read(5)] == [b"abc", b"", b""]
 
 
 def test_a_stream_read_uses_the_timeout_it_is_given() -> None:
