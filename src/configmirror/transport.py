@@ -458,7 +458,8 @@ class _Reader:
         code, _, reason = rest.partition(b" ")
         # No line can be longer than MAX_LINE here: they are all in what one recv brought.
         if (len(lines) > MAX_HEADERS + 1 or not version.startswith(b"HTTP/1.")
-                or len(code) != 3 or not code.isdigit() or any(b"\n" in line for line in lines)):
+                or len(code) != 3 or not code.isdigit()
+                or self._buf.count(b"\n", self._pos, end) != len(lines) - 1):  # a bare LF
             return None
         found: dict[str, str] = {"version": version.decode("latin-1")}
         for line in lines[1:]:
