@@ -178,6 +178,12 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
         "while the first was ending the outage reaches it (a race no test can order without "
         "reaching into the lock)",
     ("plan.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN,
+    ("replicator.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"):
+        "no code assigns to an _Expected's fields; frozen only guards against a future one",
+    ("replicator.py", "self._problem_reported.pop(key.object_key, None)", "pass"):
+        "memory only: a problem comes back only with a new version of the source (InvalidSpec) "
+        "or of its namespace (SourceNotAllowed), and what is remembered holds both versions, "
+        "so it is reported again either way",
     ("plan.py", "return cls(seconds, 0.0, lambda key: None)",
      "return cls(seconds, 1.0, lambda key: None)"):
         "with no cause ever seen, every removal's time left is the whole grace whatever `now` "
