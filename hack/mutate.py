@@ -53,7 +53,8 @@ TESTS: dict[str, list[str]] = {
     "plan.py": ["tests/unit/test_plan.py", "tests/unit/test_routing.py",
                 "tests/unit/test_replicator_errors.py", "tests/unit/test_secrets.py",
                 "tests/unit/test_plan_agrees_with_run.py"],
-    "replicator.py": ["tests/unit/test_expectations.py", "tests/unit/test_replicator_errors.py",
+    "replicator.py": ["tests/unit/test_replicator.py", "tests/unit/test_expectations.py",
+                      "tests/unit/test_replicator_errors.py",
                       "tests/unit/test_events.py", "tests/unit/test_plan_agrees_with_run.py",
                       "tests/e2e/test_expectations.py"],
     "servergate.py": ["tests/unit/test_servergate.py"],
@@ -82,6 +83,12 @@ _FAST_PATH = ("a fast path: _wait_for_item checks the queue, shutdown and the ti
               "itself, and returns at once for a timeout of 0")
 _FROZEN = "no code assigns to a plan's fields; frozen only guards against a future one"
 _LOG_ONLY = "only decides a log line"
+_ADMITTED_MEMORY = (
+    "memory only: no decision reads what admission did at a key while nothing is there (a "
+    "create is decided without it), and the next write there sets or forgets it again")
+_CONFLICTS_FAST = (
+    "a fast path: with no conflict now and none reported, the locked path below finds "
+    "nothing to forget and nothing to tell either")
 # transport.py and kube.py (issue 24): why these survivors are equivalent.
 _RECV = (
     'how many bytes one recv asks for: any size reads the same bytes, in more or fewer calls')
@@ -180,6 +187,26 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("plan.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN,
     ("replicator.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"):
         "no code assigns to an _Expected's fields; frozen only guards against a future one",
+    ("replicator.py", "if plan.invalid is not None:", "if False:"):
+        "an invalid source's plan has no action, conflict or puller, so the rest returns the "
+        "same Result(); a removal pending for one of its replicas is then called off at once "
+        "instead of at that target's reconcile, whose decision (a typo changes nothing) calls "
+        "it off too",
+    ("replicator.py", "if source is None:", "if False:"):
+        "a plan names a problem (invalid, not allowed) only for a source it found: no caller "
+        "passes None with a problem",
+    ("replicator.py",
+     'done = "nothing is changed" if reason == "InvalidSpec" else "it is not replicated"',
+     'done = "nothing is changed" if (reason != \'InvalidSpec\') else "it is not replicated"'):
+        _LOG_ONLY,
+    ("replicator.py", "if current is None:", "if (current is not None):"): _ADMITTED_MEMORY,
+    ("replicator.py", "if current is None:", "if False:"): _ADMITTED_MEMORY,
+    ("replicator.py", "self._forget_admitted(key.object_key) # gone (with its namespace, say)",
+     "pass # gone (with its namespace, say)"): _ADMITTED_MEMORY,
+    ("replicator.py", "if not conflicts and key not in self._conflicts_reported:",
+     "if not conflicts and (key in self._conflicts_reported):"): _CONFLICTS_FAST,
+    ("replicator.py", "if not conflicts and key not in self._conflicts_reported:", "if False:"):
+        _CONFLICTS_FAST,
     ("replicator.py", "self._problem_reported.pop(key.object_key, None)", "pass"):
         "memory only: a problem comes back only with a new version of the source (InvalidSpec) "
         "or of its namespace (SourceNotAllowed), and what is remembered holds both versions, "

@@ -1,0 +1,228 @@
+"""The replicator's memory between reconciles: what it tells once, what it calls off, and
+what it never writes (pure logic: a mocked client and recorder, the real caches)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pytest_mock import MockerFixture
+
+from configmirror.events import EventRecorder
+from configmirror.kube import ApiError, Kube
+from configmirror.model import (
+    CONFIGMAP,
+    CachedObject,
+    Caches,
+    Namespace,
+    object_indexers,
+    pull_key,
+    source_key,
+    target_key,
+)
+from configmirror.plan import desired_body
+from configmirror.reconcile import Result
+from configmirror.replicator import (
+    MUTATED,
+    PULL_NOT_ALLOWED,
+    REPLICATED,
+    Expectations,
+    Replicator,
+)
+from configmirror.settings import DEFAULT_EXCLUDED
+from configmirror.spec import PULL_ALLOWED, REPLICATE_TO, Scope
+from configmirror.store import Store
+from tests.unit.test_plan import ns, plain, puller, replica_of, source
+
+TARGET = target_key(CONFIGMAP, "a", "cfg")
+SOURCE = source_key(CONFIGMAP, "src", "cfg")
+
+
+class World:
+    """The caches a replicator reads, filled by hand as an informer would."""
+
+    def __init__(self, *namespaces: Namespace) -> None:
+        self.objects: Store[CachedObject] = Store(object_indexers())
+        self.namespaces: Store[Namespace] = Store()
+        for namespace in (ns("src"), *namespaces):
+            self.namespaces.upsert(namespace.name, namespace)
+        self.caches = Caches(self.objects, self.namespaces, CONFIGMAP)
+
+    def put(self, obj: CachedObject) -> CachedObject:
+        self.objects.upsert(obj.key, obj)
+        return obj
+
+
+def replicator(mocker: MockerFixture, world: World, delete_grace: float = 60.0,
+               dry_run: bool = False) -> tuple[Replicator, Any, Any]:
+    kube = mocker.create_autospec(Kube, instance=True)
+    recorder = mocker.create_autospec(EventRecorder, instance=True)
+    r = Replicator(kube, world.caches, Scope.from_flags("*", DEFAULT_EXCLUDED), recorder,
+                   Expectations(lambda key: 0), dry_run=dry_run, delete_grace=delete_grace)
+    return r, kube, recorder
+
+
+def stored(src: CachedObject, namespace: str) -> dict[str, Any]:
+    """What the API server answers to the create of `src`'s replica there: what was sent."""
+    body = copy.deepcopy(desired_body(src, namespace))
+    body["metadata"].update(uid="r-1", resourceVersion="30")
+    return body
+
+
+# -- removals: they wait, and are called off once their cause goes -----------------------------
+
+
+def test_a_removal_waits_out_the_grace_and_is_called_off_when_its_source_comes_back(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    src = source({REPLICATE_TO: "a"})
+    world.put(replica_of(src, "a"))  # its source is gone
+    r, kube, _ = replicator(mocker, world, delete_grace=60.0)
+    result = r.reconcile(TARGET)
+    assert result.requeue_after is not None and 59 < result.requeue_after <= 60
+    assert r.pending_removals() == 1 and not kube.request.called
+    world.put(src)  # back, before the grace is out
+    r.reconcile(SOURCE)
+    assert r.pending_removals() == 0, "called off by the source's reconcile, not later"
+
+
+def test_a_removal_whose_cause_remains_stays_pending_through_its_sources_reconcile(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"), ns("b"))
+    src = source({REPLICATE_TO: "a"})
+    world.put(replica_of(src, "a"))
+    world.put(source({REPLICATE_TO: "b"}))  # it no longer wants a
+    r, _, _ = replicator(mocker, world, delete_grace=60.0)
+    r.reconcile(TARGET)
+    r.reconcile(SOURCE)
+    assert r.pending_removals() == 1
+
+
+def test_a_removal_whose_cause_is_gone_is_forgotten_by_its_target_too(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    src = source({REPLICATE_TO: "a"})
+    world.put(replica_of(src, "a"))
+    r, kube, _ = replicator(mocker, world, delete_grace=60.0)
+    r.reconcile(TARGET)
+    world.put(src)
+    assert r.reconcile(TARGET) == Result() and r.pending_removals() == 0
+    assert not kube.request.called
+
+
+def test_a_removal_due_in_under_a_second_still_waits(mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(replica_of(source({REPLICATE_TO: "a"}), "a"))
+    r, kube, _ = replicator(mocker, world, delete_grace=0.5)
+    result = r.reconcile(TARGET)
+    assert result.requeue_after is not None and 0 < result.requeue_after <= 0.5
+    assert not kube.request.called
+
+
+# -- writes: none in a dry run, each told in its source's tally -----------------------------------
+
+
+def test_a_dry_run_decides_but_writes_nothing(mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(source({REPLICATE_TO: "a"}))
+    r, kube, recorder = replicator(mocker, world, dry_run=True)
+    assert r.reconcile(TARGET) == Result()
+    assert not kube.request.called and not recorder.method_calls
+
+
+def test_a_write_is_counted_in_its_sources_replicated_tally(mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    src = world.put(source({REPLICATE_TO: "a"}))
+    r, kube, recorder = replicator(mocker, world)
+    kube.request.return_value = stored(src, "a")
+    assert r.reconcile(TARGET) == Result(changed=True)
+    assert recorder.tally.call_count == 1
+    ref, reason, kind, item, _ = recorder.tally.call_args.args
+    assert (ref.namespace, ref.name, reason, kind, item) == ("src", "cfg", REPLICATED,
+                                                              "created", "a")
+
+
+def test_a_create_into_a_namespace_found_terminating_is_skipped_quietly(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(source({REPLICATE_TO: "a"}))
+    r, kube, recorder = replicator(mocker, world)
+    kube.request.side_effect = ApiError(
+        403, "Forbidden", 'unable to create new content in namespace a because it is being '
+        'terminated', "create", "/api/v1/namespaces/a/configmaps")
+    assert r.reconcile(TARGET) == Result()
+    assert not recorder.warning.called
+
+
+def test_an_admission_change_is_warned_once_per_digest_and_again_once_it_was_no_source(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"), ns("b"), ns("c"))
+    src = world.put(source({REPLICATE_TO: "a, b, c"}))
+    r, kube, recorder = replicator(mocker, world)
+
+    def mutated(namespace: str) -> dict[str, Any]:  # a webhook adds a label to each replica
+        body = stored(src, namespace)
+        body["metadata"]["labels"] = {**body["metadata"]["labels"], "webhook": "added"}
+        return body
+
+    def warned() -> int:
+        return sum(1 for c in recorder.warning.call_args_list if c.args[1] == MUTATED)
+
+    kube.request.return_value = mutated("a")
+    r.reconcile(TARGET)
+    r.reconcile(SOURCE)  # still a source: nothing to forget
+    kube.request.return_value = mutated("b")
+    r.reconcile(target_key(CONFIGMAP, "b", "cfg"))
+    assert warned() == 1, "once for that digest of the source"
+    world.put(plain("src"))  # no longer a source
+    r.reconcile(SOURCE)
+    world.put(src)  # a source again, with the same digest
+    kube.request.return_value = mutated("c")
+    r.reconcile(target_key(CONFIGMAP, "c", "cfg"))
+    assert warned() == 2
+
+
+# -- problems and refusals: told once per change -----------------------------------------------
+
+
+def test_a_sources_problem_is_warned_once_per_version(mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(source({REPLICATE_TO: "a, ["}))
+    r, _, recorder = replicator(mocker, world)
+    r.reconcile(SOURCE)
+    r.reconcile(SOURCE)  # a resync: the same version
+    assert recorder.warning.call_count == 1
+    world.put(source({REPLICATE_TO: "a, [["}, rv="11"))
+    r.reconcile(SOURCE)
+    assert recorder.warning.call_count == 2
+
+
+def refusals(recorder: Any) -> int:
+    return sum(1 for c in recorder.warning.call_args_list if c.args[1] == PULL_NOT_ALLOWED)
+
+
+def test_a_pull_refused_again_after_it_was_served_is_warned_again(
+        mocker: MockerFixture) -> None:
+    world = World(puller("a", "src/cfg"))
+    r, _, recorder = replicator(mocker, world)
+    key = pull_key(CONFIGMAP, "a")
+    r.reconcile(key)  # no such source
+    world.put(source({PULL_ALLOWED: "a"}))
+    r.reconcile(key)  # served
+    assert refusals(recorder) == 1
+    world.objects.delete("src/cfg")
+    r.reconcile(key)
+    assert refusals(recorder) == 2
+
+
+def test_a_namespace_deleted_and_made_again_is_told_its_refused_pull_again(
+        mocker: MockerFixture) -> None:
+    world = World(puller("a", "src/cfg"))
+    r, _, recorder = replicator(mocker, world)
+    key = pull_key(CONFIGMAP, "a")
+    r.reconcile(key)
+    world.namespaces.delete("a")
+    assert r.reconcile(key) == Result()
+    world.namespaces.upsert("a", puller("a", "src/cfg"))
+    r.reconcile(key)
+    assert refusals(recorder) == 2
