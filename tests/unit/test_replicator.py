@@ -8,12 +8,15 @@ from typing import Any
 
 from pytest_mock import MockerFixture
 
+from configmirror.clock import FakeClock
 from configmirror.events import EventRecorder
 from configmirror.kube import ApiError, Kube
 from configmirror.model import (
     CONFIGMAP,
+    SECRET,
     CachedObject,
     Caches,
+    Kind,
     Namespace,
     object_indexers,
     pull_key,
@@ -32,7 +35,7 @@ from configmirror.replicator import (
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.store import Store
-from tests.unit.test_plan import ns, plain, puller, replica_of, source
+from tests.unit.test_plan import cached, ns, plain, puller, replica_of, source
 
 TARGET = target_key(CONFIGMAP, "a", "cfg")
 SOURCE = source_key(CONFIGMAP, "src", "cfg")
@@ -41,12 +44,12 @@ SOURCE = source_key(CONFIGMAP, "src", "cfg")
 class World:
     """The caches a replicator reads, filled by hand as an informer would."""
 
-    def __init__(self, *namespaces: Namespace) -> None:
+    def __init__(self, *namespaces: Namespace, kind: Kind = CONFIGMAP) -> None:
         self.objects: Store[CachedObject] = Store(object_indexers())
         self.namespaces: Store[Namespace] = Store()
         for namespace in (ns("src"), *namespaces):
             self.namespaces.upsert(namespace.name, namespace)
-        self.caches = Caches(self.objects, self.namespaces, CONFIGMAP)
+        self.caches = Caches(self.objects, self.namespaces, kind)
 
     def put(self, obj: CachedObject) -> CachedObject:
         self.objects.upsert(obj.key, obj)
@@ -54,11 +57,14 @@ class World:
 
 
 def replicator(mocker: MockerFixture, world: World, delete_grace: float = 60.0,
-               dry_run: bool = False) -> tuple[Replicator, Any, Any]:
+               dry_run: bool = False, watermark: int = 0) -> tuple[Replicator, Any, Any]:
+    """`watermark`: the resourceVersion the caches are at (0: behind every write of ours,
+    which the replicator then sees as it wrote it; high: the cache is the truth)."""
     kube = mocker.create_autospec(Kube, instance=True)
     recorder = mocker.create_autospec(EventRecorder, instance=True)
     r = Replicator(kube, world.caches, Scope.from_flags("*", DEFAULT_EXCLUDED), recorder,
-                   Expectations(lambda key: 0), dry_run=dry_run, delete_grace=delete_grace)
+                   Expectations(lambda key: watermark), dry_run=dry_run,
+                   delete_grace=delete_grace, clock=FakeClock())
     return r, kube, recorder
 
 
@@ -79,7 +85,7 @@ def test_a_removal_waits_out_the_grace_and_is_called_off_when_its_source_comes_b
     world.put(replica_of(src, "a"))  # its source is gone
     r, kube, _ = replicator(mocker, world, delete_grace=60.0)
     result = r.reconcile(TARGET)
-    assert result.requeue_after is not None and 59 < result.requeue_after <= 60
+    assert result.requeue_after == 60
     assert r.pending_removals() == 1 and not kube.request.called
     world.put(src)  # back, before the grace is out
     r.reconcile(SOURCE)
@@ -115,7 +121,7 @@ def test_a_removal_due_in_under_a_second_still_waits(mocker: MockerFixture) -> N
     world.put(replica_of(source({REPLICATE_TO: "a"}), "a"))
     r, kube, _ = replicator(mocker, world, delete_grace=0.5)
     result = r.reconcile(TARGET)
-    assert result.requeue_after is not None and 0 < result.requeue_after <= 0.5
+    assert result.requeue_after == 0.5
     assert not kube.request.called
 
 
@@ -140,6 +146,62 @@ def test_a_write_is_counted_in_its_sources_replicated_tally(mocker: MockerFixtur
     ref, reason, kind, item, _ = recorder.tally.call_args.args
     assert (ref.namespace, ref.name, reason, kind, item) == ("src", "cfg", REPLICATED,
                                                               "created", "a")
+
+
+def test_an_immutable_replica_that_differs_is_deleted_then_created(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    src = world.put(source({REPLICATE_TO: "a"}))
+    world.put(replica_of(src, "a", immutable=True, data={"k": "old"}))
+    r, kube, _ = replicator(mocker, world)
+    kube.request.side_effect = lambda verb, path, body=None: stored(src, "a") \
+        if verb == "create" else {}
+    assert r.reconcile(TARGET) == Result(changed=True)
+    assert [c.args[0] for c in kube.request.call_args_list] == ["delete", "create"]
+
+
+def test_what_admission_made_of_a_write_is_forgotten_once_a_write_is_kept_as_written(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    v1 = world.put(source({REPLICATE_TO: "a"}, data={"k": "1"}))
+    r, kube, _ = replicator(mocker, world, watermark=10**9)  # each write's echo is cached
+    mutated = stored(v1, "a")
+    mutated["metadata"]["labels"] = {**mutated["metadata"]["labels"], "webhook": "added"}
+    kube.request.return_value = mutated
+    r.reconcile(TARGET)  # admission changed it: remembered, so it is not written again
+    world.put(cached(mutated))
+    v2 = world.put(source({REPLICATE_TO: "a"}, data={"k": "2"}, rv="11"))
+    kube.request.return_value = {**stored(v2, "a"), "metadata": {
+        **stored(v2, "a")["metadata"], "resourceVersion": "31"}}
+    r.reconcile(TARGET)  # kept as written this time: nothing to remember
+    world.put(source({REPLICATE_TO: "a"}, data={"k": "1"}, rv="12"))  # back to v1's content
+    world.put(cached({**mutated, "metadata": {**mutated["metadata"], "resourceVersion": "40"}}))
+    kube.request.reset_mock()
+    kube.request.return_value = stored(v1, "a")
+    r.reconcile(TARGET)  # edited by hand into what admission once made of v1: drift now
+    assert [c.args[0] for c in kube.request.call_args_list] == ["update"]
+
+
+def test_a_secret_written_and_changed_before_the_watch_brings_it_is_updated_not_recreated(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"), kind=SECRET)
+
+    def secret(data: str, rv: str) -> CachedObject:
+        return world.put(cached({"metadata": {
+            "namespace": "src", "name": "cfg", "uid": "u", "resourceVersion": rv,
+            "annotations": {REPLICATE_TO: "a"}}, "type": "Opaque", "data": {"k": data}}, SECRET))
+
+    v1 = secret("MQ==", "10")
+    kube = mocker.create_autospec(Kube, instance=True)
+    r = Replicator(kube, world.caches, Scope.from_flags("src", DEFAULT_EXCLUDED),
+                   mocker.create_autospec(EventRecorder, instance=True),
+                   Expectations(lambda key: 0), delete_grace=60.0)
+    kube.request.return_value = stored(v1, "a")
+    r.reconcile(target_key(SECRET, "a", "cfg"))
+    v2 = secret("Mg==", "11")  # the replica is still only in our memory of the write
+    kube.request.return_value = stored(v2, "a")
+    r.reconcile(target_key(SECRET, "a", "cfg"))
+    assert [c.args[0] for c in kube.request.call_args_list] == ["create", "update"]
 
 
 def test_a_create_into_a_namespace_found_terminating_is_skipped_quietly(
@@ -195,6 +257,35 @@ def test_a_sources_problem_is_warned_once_per_version(mocker: MockerFixture) -> 
     world.put(source({REPLICATE_TO: "a, [["}, rv="11"))
     r.reconcile(SOURCE)
     assert recorder.warning.call_count == 2
+
+
+def conflicts(recorder: Any) -> int:
+    return sum(1 for c in recorder.warning.call_args_list if c.args[1] == "TargetConflict")
+
+
+def test_a_conflict_is_warned_once_and_again_when_it_comes_back(mocker: MockerFixture) -> None:
+    world = World(ns("a"), ns("b"))
+    world.put(plain("a"))  # someone's own object where the replica would go
+    world.put(source({REPLICATE_TO: "a"}))
+    r, kube, recorder = replicator(mocker, world)
+    r.reconcile(TARGET)
+    r.reconcile(TARGET)  # a resync: the same conflict
+    assert conflicts(recorder) == 1
+    world.put(source({REPLICATE_TO: "b"}, rv="11"))  # it no longer wants a: no conflict
+    r.reconcile(TARGET)
+    world.put(source({REPLICATE_TO: "a"}, rv="12"))  # the same conflict again
+    r.reconcile(TARGET)
+    assert conflicts(recorder) == 2
+    assert not kube.request.called, "someone's own object is never written"
+
+
+def test_a_dry_run_tells_no_conflict(mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(plain("a"))
+    world.put(source({REPLICATE_TO: "a"}))
+    r, _, recorder = replicator(mocker, world, dry_run=True)
+    r.reconcile(TARGET)
+    assert conflicts(recorder) == 0
 
 
 def refusals(recorder: Any) -> int:
