@@ -203,6 +203,10 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("replicator.py", "if current is None:", "if False:"): _ADMITTED_MEMORY,
     ("replicator.py", "self._forget_admitted(key.object_key) # gone (with its namespace, say)",
      "pass # gone (with its namespace, say)"): _ADMITTED_MEMORY,
+    ("replicator.py", 'self._forget_admitted(f"{action.namespace}/{action.name}")', "pass"):
+        "memory only: after a delete or a release no replica of ours is there, no decision "
+        "reads what admission did at a key without one, and our next write there sets or "
+        "forgets it again",
     ("replicator.py", "if not conflicts and key not in self._conflicts_reported:",
      "if not conflicts and (key in self._conflicts_reported):"): _CONFLICTS_FAST,
     ("replicator.py", "if not conflicts and key not in self._conflicts_reported:", "if False:"):

@@ -11,6 +11,7 @@ from pytest_mock import MockerFixture
 from configmirror.clock import FakeClock
 from configmirror.events import EventRecorder
 from configmirror.kube import ApiError, Kube
+from configmirror.metrics import Metrics
 from configmirror.model import (
     CONFIGMAP,
     SECRET,
@@ -33,7 +34,7 @@ from configmirror.replicator import (
     Replicator,
 )
 from configmirror.settings import DEFAULT_EXCLUDED
-from configmirror.spec import PULL_ALLOWED, REPLICATE_TO, Scope
+from configmirror.spec import ON_DELETE, PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.store import Store
 from tests.unit.test_plan import cached, ns, plain, puller, replica_of, source
 
@@ -202,6 +203,26 @@ def test_a_secret_written_and_changed_before_the_watch_brings_it_is_updated_not_
     kube.request.return_value = stored(v2, "a")
     r.reconcile(target_key(SECRET, "a", "cfg"))
     assert [c.args[0] for c in kube.request.call_args_list] == ["create", "update"]
+
+
+def test_a_release_is_a_merge_patch_of_our_marks_and_is_counted(mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(replica_of(source({REPLICATE_TO: "a", ON_DELETE: "retain"}), "a"))  # source gone
+    kube = mocker.create_autospec(Kube, instance=True)
+    kube.request.return_value = {"metadata": {"namespace": "a", "name": "cfg",
+                                              "resourceVersion": "31"}}
+    metrics = Metrics()
+    r = Replicator(kube, world.caches, Scope.from_flags("*", DEFAULT_EXCLUDED),
+                   mocker.create_autospec(EventRecorder, instance=True),
+                   Expectations(lambda key: 0), metrics, delete_grace=0.0, clock=FakeClock())
+    assert r.reconcile(TARGET) == Result(changed=True)
+    (verb, path), options = kube.request.call_args
+    assert (verb, path, options["content_type"]) == (
+        "patch", "/api/v1/namespaces/a/configmaps/cfg", "application/merge-patch+json")
+    assert metrics.registry.get_sample_value(
+        "configmirror_replica_writes_total", {"action": "release", "resource": "configmaps"}) == 1
+    r.reconcile(TARGET)  # before the watch brings it: the cache still holds our replica
+    assert kube.request.call_count == 1, "released once: our memory of it says it is no replica"
 
 
 def test_a_create_into_a_namespace_found_terminating_is_skipped_quietly(
