@@ -61,9 +61,11 @@ TESTS: dict[str, list[str]] = {
     "events.py": ["tests/unit/test_events.py", "tests/unit/test_replicator_errors.py"],
     "transport.py": ["tests/unit/test_transport.py", "tests/unit/test_kube.py"],
     "kube.py": ["tests/unit/test_kube.py", "tests/unit/test_transport.py"],
+    "status.py": ["tests/unit/test_status.py"],
 }
 GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "clock.py", "routing.py",
-             "plan.py", "replicator.py", "servergate.py", "events.py", "transport.py", "kube.py")
+             "plan.py", "replicator.py", "servergate.py", "events.py", "transport.py", "kube.py",
+             "status.py")
 
 # One-line mutations asked for by name: (file, the line as it is, the line as mutated).
 NAMED: list[tuple[str, str, str]] = [
@@ -185,6 +187,7 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
         "while the first was ending the outage reaches it (a race no test can order without "
         "reaching into the lock)",
     ("plan.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN,
+    ("status.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
     ("replicator.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"):
         "no code assigns to an _Expected's fields; frozen only guards against a future one",
     ("replicator.py", "if plan.invalid is not None:", "if False:"):
