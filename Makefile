@@ -131,7 +131,7 @@ unit: $(STAMP) ## run only the unit tests (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: mutate
-mutate: $(STAMP) ## mutation check of the queue, controller, planner, kube, transport (MUTATE_ARGS=--jobs 2, --only WORD)
+mutate: $(STAMP) ## mutation check of the queue, controller, planner, replicator, events, kube, transport, status, caches (MUTATE_ARGS=--jobs 2, --only REGEX)
 	$(PY) hack/mutate.py $(MUTATE_ARGS)
 
 .PHONY: lint

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from pytest_mock import MockerFixture
 
 from configmirror.clock import FakeClock
@@ -25,7 +26,7 @@ from configmirror.model import (
     target_key,
 )
 from configmirror.plan import desired_body
-from configmirror.reconcile import Result
+from configmirror.reconcile import Result, RetryableError, TerminalError
 from configmirror.replicator import (
     MUTATED,
     PULL_NOT_ALLOWED,
@@ -338,3 +339,69 @@ def test_a_namespace_deleted_and_made_again_is_told_its_refused_pull_again(
     world.namespaces.upsert("a", puller("a", "src/cfg"))
     r.reconcile(key)
     assert refusals(recorder) == 2
+
+
+# -- deletes: done once, counted, and only what is already gone is taken as done -------------
+
+
+def deleter(mocker: MockerFixture, world: World) -> tuple[Replicator, Any, Metrics]:
+    """A replicator with no grace, so a replica whose source is gone is deleted at once."""
+    kube = mocker.create_autospec(Kube, instance=True)
+    metrics = Metrics()
+    r = Replicator(kube, world.caches, Scope.from_flags("*", DEFAULT_EXCLUDED),
+                   mocker.create_autospec(EventRecorder, instance=True),
+                   Expectations(lambda key: 0), metrics, delete_grace=0.0, clock=FakeClock())
+    return r, kube, metrics
+
+
+def deletes(metrics: Metrics) -> float | None:
+    return metrics.registry.get_sample_value(
+        "configmirror_replica_writes_total", {"action": "delete", "resource": "configmaps"})
+
+
+def test_an_orphan_is_deleted_at_its_version_counted_and_not_deleted_again_before_the_watch(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(replica_of(source({REPLICATE_TO: "a"}), "a", rv="20"))  # its source is gone
+    r, kube, metrics = deleter(mocker, world)
+    kube.request.return_value = {}
+    assert r.reconcile(TARGET) == Result(changed=True)
+    (verb, path), options = kube.request.call_args
+    assert (verb, path) == ("delete", "/api/v1/namespaces/a/configmaps/cfg")
+    assert options["body"]["preconditions"] == {"resourceVersion": "20"}
+    assert deletes(metrics) == 1
+    assert r.reconcile(TARGET) == Result(), "the cache still holds it: our memory says gone"
+    assert kube.request.call_count == 1
+
+
+def test_a_delete_of_what_is_already_gone_is_done(mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(replica_of(source({REPLICATE_TO: "a"}), "a"))
+    r, kube, metrics = deleter(mocker, world)
+    kube.request.side_effect = ApiError(404, "NotFound", 'configmaps "cfg" not found',
+                                        "delete", "/api/v1/namespaces/a/configmaps/cfg")
+    assert r.reconcile(TARGET) == Result(changed=True)
+    assert deletes(metrics) == 1
+
+
+def test_a_delete_refused_for_a_newer_version_is_retried_and_not_counted(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(replica_of(source({REPLICATE_TO: "a"}), "a"))
+    r, kube, metrics = deleter(mocker, world)
+    kube.request.side_effect = ApiError(409, "Conflict", "the object has been modified",
+                                        "delete", "/api/v1/namespaces/a/configmaps/cfg")
+    with pytest.raises(RetryableError, match="delete ConfigMap a/cfg"):
+        r.reconcile(TARGET)
+    assert not deletes(metrics)
+
+
+def test_a_failed_delete_of_an_orphan_is_an_error_with_no_source_to_tell(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(replica_of(source({REPLICATE_TO: "a"}), "a"))
+    r, kube, _ = deleter(mocker, world)
+    kube.request.side_effect = ApiError(403, "Forbidden", "denied by policy", "delete",
+                                        "/api/v1/namespaces/a/configmaps/cfg")
+    with pytest.raises(TerminalError, match="delete ConfigMap a/cfg forbidden: denied by policy"):
+        r.reconcile(TARGET)

@@ -23,7 +23,7 @@ from configmirror.reconcile import (
     ServerUnavailable,
     TerminalError,
 )
-from configmirror.replicator import Expectations, Replicator
+from configmirror.replicator import Expectations, Replicator, redacted
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import REPLICATE_TO, Scope
 from configmirror.store import Store
@@ -47,22 +47,28 @@ def replicator(mocker: MockerFixture, status: int, watching: bool
                       delete_grace=0.0), recorder
 
 
-@pytest.mark.parametrize(("status", "watching", "raised"), [
-    (409, True, RetryableError),        # a newer version: the watch brings it, retry counts
-    (409, False, ServerUnavailable),    # the watch is down: wait for it, uncounted
-    (404, False, ServerUnavailable),
-    (503, True, ServerUnavailable),
-    (0, True, ServerUnavailable),
-    (403, True, TerminalError),
-    (422, True, TerminalError),
+@pytest.mark.parametrize(("status", "watching", "raised", "said"), [
+    # a newer version: the watch brings it, retry counts
+    (409, True, RetryableError, "create ConfigMap a/cfg: create /p: 409"),
+    # the watch is down: wait for it, uncounted
+    (409, False, ServerUnavailable, "(the cache is behind until the watch reconnects)"),
+    (404, False, ServerUnavailable, "(the cache is behind until the watch reconnects)"),
+    (503, True, ServerUnavailable, "create ConfigMap a/cfg: create /p: 503"),
+    (0, True, ServerUnavailable, "create ConfigMap a/cfg: create /p: 0"),
+    (403, True, TerminalError, "create ConfigMap a/cfg forbidden: message"),
+    (404, True, RetryableError, "create ConfigMap a/cfg: create /p: 404"),
+    (422, True, TerminalError, "create ConfigMap a/cfg rejected by the API server: message"),
 ])
 def test_a_failed_write_raises_what_the_controller_needs(
-        mocker: MockerFixture, status: int, watching: bool, raised: type[Exception]) -> None:
+        mocker: MockerFixture, status: int, watching: bool, raised: type[Exception],
+        said: str) -> None:
     r, recorder = replicator(mocker, status, watching)
     with pytest.raises(raised) as err:
         r.reconcile(target_key(CONFIGMAP, "a", "cfg"))
-    assert "create ConfigMap a/cfg" in str(err.value)
+    assert said in str(err.value)
     assert recorder.warning.called is (raised is TerminalError), "only terminal ones are told"
+    if raised is TerminalError:
+        assert recorder.warning.call_args.args[1:] == ("ReplicationFailed", str(err.value))
 
 
 # -- no Secret value in any error a failed write becomes --------------------------------------
@@ -100,3 +106,38 @@ def test_no_secret_value_reaches_an_error_or_an_event_whatever_the_server_echoes
     assert "[redacted]" in str(raised.value)
     for text in told:
         assert MARKER not in text and ENCODED not in text, text
+
+
+# -- redacted(): what is cut out of a server's message --------------------------------------
+
+
+def cut(message: str, data: dict[str, str]) -> str:
+    return redacted(ApiError(422, "Invalid", message, "create", "/p"), data).message
+
+
+def test_a_value_of_four_characters_or_more_is_cut_and_a_shorter_one_is_not() -> None:
+    assert cut("a abc abcd b", {"x": "abc", "y": "abcd"}) == "a abc [redacted] b"
+
+
+def test_a_base64_value_is_cut_decoded_too_from_four_characters() -> None:
+    data = {"x": base64.b64encode(b"abc").decode(), "y": base64.b64encode(b"wxyz").decode()}
+    assert cut(f"abc wxyz {data['y']}", data) == "abc [redacted] [redacted]"
+
+
+def test_a_value_that_is_not_base64_has_no_decoded_form() -> None:
+    # Decoded loosely (skipping what is no base64), "Zm9v YmFy" would be "foobar".
+    assert cut("foobar: Zm9v YmFy", {"x": "Zm9v YmFy"}) == "foobar: [redacted]"
+
+
+def test_a_value_inside_another_is_cut_after_it_so_no_part_of_the_longer_one_is_left() -> None:
+    assert cut("xabcdefghx", {"short": "abcd", "long": "abcdefgh"}) == "x[redacted]x"
+
+
+def test_a_cut_error_keeps_all_but_its_message_and_an_uncut_one_is_returned_as_it_is() -> None:
+    err = ApiError(429, "TooManyRequests", "slow down: sekret", "update", "/p", retry_after=3.0)
+    same = redacted(err, {"k": "other"})
+    assert same is err
+    changed = redacted(err, {"k": "sekret"})
+    assert (changed.status, changed.reason, changed.message, changed.verb, changed.path,
+            changed.retry_after) == (429, "TooManyRequests", "slow down: [redacted]", "update",
+                                     "/p", 3.0)
