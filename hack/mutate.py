@@ -190,6 +190,11 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
         "reaching into the lock)",
     ("plan.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN,
     ("status.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
+    ("caches.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
+    ("caches.py", 'return self._informers.get(key.rsplit("/", 1)[-1]) or self._informers.get("")',
+     'return self._informers.get(key.rsplit("/", 2)[-1]) or self._informers.get("")'):
+        "an object's key is namespace/name, and neither holds a '/': one split or two give "
+        "the same name",
     ("replicator.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"):
         "no code assigns to an _Expected's fields; frozen only guards against a future one",
     ("replicator.py", "if plan.invalid is not None:", "if False:"):
