@@ -405,3 +405,14 @@ def test_stop_starts_no_queued_key_and_finishes_the_one_in_flight() -> None:
     assert done == ["slow"], "a stopping controller must not start queued keys"
     assert stopped == [True], "the keys it did not start are let go, not left in flight"
     assert controller.alive_workers() == 0
+
+
+def test_every_failure_counter_is_there_at_0_before_the_first_failure() -> None:
+    # An alert's increase() sees no first step of a series that starts at its first failure.
+    metrics = Metrics()
+    Controller("test", WorkQueue(), lambda key: Result(), workers=1, metrics=metrics)
+    for name in ("controller_runtime_reconcile_errors_total",
+                 "controller_runtime_reconcile_panics_total",
+                 "controller_runtime_terminal_reconcile_errors_total",
+                 "configmirror_reconcile_given_up_total"):
+        assert metrics.registry.get_sample_value(name, {"controller": "test"}) == 0, name
