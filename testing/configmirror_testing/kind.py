@@ -85,9 +85,24 @@ def node_image_ref(provider: str, image: str | None) -> str | None:
     return f"localhost/{image}" if local else image
 
 
+def host_modules(path: Path = Path("/lib/modules")) -> None:
+    """Make sure the host has `path`, which kind bind-mounts into every node (read-only: the
+    kubelet and kube-proxy look for kernel modules there). Docker creates a missing source;
+    Podman refuses to start the node ("statfs /lib/modules: no such file or directory"), as
+    on a machine whose kernel has its modules built in: an empty folder is what it has."""
+    if path.is_dir():
+        return
+    try:
+        path.mkdir(parents=True)
+    except OSError as err:
+        raise KindError(f"kind mounts {path} into its nodes and Podman needs it to exist; "
+                        f"this machine has none and it cannot be created ({err}): create it "
+                        f"(an empty folder will do)") from None
+
+
 def provider_env(provider: str, image: str | None, folder: Path) -> dict[str, str]:
     """The environment kind needs for `provider`; for Podman, also copies `image` from Docker
-    into Podman's store when only Docker has it.
+    into Podman's store when only Docker has it, and gives the host a /lib/modules.
 
     Podman gives a container RLIMIT_NOFILE and RLIMIT_NPROC of 1048576 unless told otherwise,
     which root without CAP_SYS_RESOURCE cannot raise to: a containers.conf in `folder` asks for
@@ -96,6 +111,7 @@ def provider_env(provider: str, image: str | None, folder: Path) -> dict[str, st
     env = {"KIND_EXPERIMENTAL_PROVIDER": provider}
     if provider != "podman":
         return env
+    host_modules()
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
