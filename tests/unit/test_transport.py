@@ -516,6 +516,14 @@ def test_a_stream_is_read_as_it_arrives_and_ends_with_its_last_chunk(
         stream.close()
 
 
+def test_a_stream_whose_head_never_comes_closes_its_socket(server: Server,
+                                                          connections: Connections) -> None:
+    before = open_fds()
+    with no_unclosed_sockets(), pytest.raises(http.client.RemoteDisconnected):
+        connections.stream("GET", "/drop", {}, 5)
+    wait_for(lambda: open_fds() == before, what="the stream's socket closed, not left to the GC")
+
+
 def test_a_silent_stream_times_out_and_can_be_read_on(
         server: Server, connections: Connections) -> None:
     stream = connections.stream("GET", "/stream", {}, 5)
