@@ -1031,12 +1031,16 @@ def test_a_chunked_stream_cut_in_two_anywhere_reads_the_same_body() -> None:
         assert stream.read_all(5) == b'{"a": 1}\nbc\n\n' + b"x" * 16, cut
 
 
-def test_whole_chunks_of_a_stream_are_sliced_out_not_read_line_by_line(mocker: Any) -> None:
-    # What a watch costs per event: the server sends each as one chunk, in one receive.
+@pytest.mark.parametrize("together", [False, True], ids=["a receive each", "one receive"])
+def test_whole_chunks_of_a_stream_are_sliced_out_not_read_line_by_line(
+        mocker: Any, together: bool) -> None:
+    # What a watch costs per event: the server sends each as one chunk, in one receive, or
+    # a burst of them in one.
     events = [b'{"type": "ADDED"}\n', b"y" * 300 + b"\n", b"\n"]
+    chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
     stream = stream_of(Pieces(  # type: ignore[arg-type]
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-        *(b"%x\r\n%s\r\n" % (len(e), e) for e in events)))  # each in a receive of its own
+        *([b"".join(chunks)] if together else chunks)))
     mocker.patch.object(_Reader, "chunk_size", side_effect=AssertionError("line by line"))
     assert [stream.read(5) for _ in events] == events
 
