@@ -59,15 +59,24 @@ class World:
 
 
 def replicator(mocker: MockerFixture, world: World, delete_grace: float = 60.0,
-               dry_run: bool = False, watermark: int = 0) -> tuple[Replicator, Any, Any]:
+               dry_run: bool = False, watermark: int = 0, metrics: Metrics | None = None
+               ) -> tuple[Replicator, Any, Any]:
     """`watermark`: the resourceVersion the caches are at (0: behind every write of ours,
     which the replicator then sees as it wrote it; high: the cache is the truth)."""
     kube = mocker.create_autospec(Kube, instance=True)
     recorder = mocker.create_autospec(EventRecorder, instance=True)
     r = Replicator(kube, world.caches, Scope.from_flags("*", DEFAULT_EXCLUDED), recorder,
-                   Expectations(lambda key: watermark), dry_run=dry_run,
+                   Expectations(lambda key: watermark), metrics, dry_run=dry_run,
                    delete_grace=delete_grace, clock=FakeClock())
     return r, kube, recorder
+
+
+def deleter(mocker: MockerFixture, world: World) -> tuple[Replicator, Any, Metrics]:
+    """A replicator with no grace, so a replica whose source is gone is deleted (or
+    released) at once, and its metrics."""
+    metrics = Metrics()
+    r, kube, _ = replicator(mocker, world, delete_grace=0.0, metrics=metrics)
+    return r, kube, metrics
 
 
 def stored(src: CachedObject, namespace: str) -> dict[str, Any]:
@@ -209,13 +218,9 @@ def test_a_secret_written_and_changed_before_the_watch_brings_it_is_updated_not_
 def test_a_release_is_a_merge_patch_of_our_marks_and_is_counted(mocker: MockerFixture) -> None:
     world = World(ns("a"))
     world.put(replica_of(source({REPLICATE_TO: "a", ON_DELETE: "retain"}), "a"))  # source gone
-    kube = mocker.create_autospec(Kube, instance=True)
+    r, kube, metrics = deleter(mocker, world)
     kube.request.return_value = {"metadata": {"namespace": "a", "name": "cfg",
                                               "resourceVersion": "31"}}
-    metrics = Metrics()
-    r = Replicator(kube, world.caches, Scope.from_flags("*", DEFAULT_EXCLUDED),
-                   mocker.create_autospec(EventRecorder, instance=True),
-                   Expectations(lambda key: 0), metrics, delete_grace=0.0, clock=FakeClock())
     assert r.reconcile(TARGET) == Result(changed=True)
     (verb, path), options = kube.request.call_args
     assert (verb, path, options["content_type"]) == (
@@ -342,16 +347,6 @@ def test_a_namespace_deleted_and_made_again_is_told_its_refused_pull_again(
 
 
 # -- deletes: done once, counted, and only what is already gone is taken as done -------------
-
-
-def deleter(mocker: MockerFixture, world: World) -> tuple[Replicator, Any, Metrics]:
-    """A replicator with no grace, so a replica whose source is gone is deleted at once."""
-    kube = mocker.create_autospec(Kube, instance=True)
-    metrics = Metrics()
-    r = Replicator(kube, world.caches, Scope.from_flags("*", DEFAULT_EXCLUDED),
-                   mocker.create_autospec(EventRecorder, instance=True),
-                   Expectations(lambda key: 0), metrics, delete_grace=0.0, clock=FakeClock())
-    return r, kube, metrics
 
 
 def deletes(metrics: Metrics) -> float | None:

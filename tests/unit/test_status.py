@@ -8,9 +8,17 @@ from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_sou
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.status import Failure, KindView, Problem, namespace_status, source_status
-from tests.unit.test_plan import SCOPE, cached, ns, plain, puller, replica_of, source, world
-
-AT_ONCE = Grace.from_now(0.0)
+from tests.unit.test_plan import (
+    AT_ONCE,
+    SCOPE,
+    cached,
+    ns,
+    plain,
+    puller,
+    replica_of,
+    source,
+    world,
+)
 
 
 def view(objects: list[CachedObject], namespaces: list[Namespace], scope: Scope = SCOPE,
