@@ -146,7 +146,7 @@ rm -rf "$work"
 log "built $(echo $todo) in $(took "$start")"
 for b in $todo; do
   case "$b" in
-    etcd) "$out/etcd" --version | head -1 >&2 ;;
+    etcd) "$out/etcd" --version | sed -n 1p >&2 ;;
     kubectl) "$out/kubectl" version --client >&2 || true ;;
     kubeadm) echo "kubeadm $("$out/kubeadm" version -o short)" >&2 ;;
     etcdctl|pause) ;;

@@ -113,5 +113,5 @@ for name in "${plugins[@]}"; do
 done
 mv coredns "$out/coredns"
 cd "$out"; rm -rf "$work"
-log "built in $((SECONDS - start)) s: $("$out/coredns" -version | head -n 1)"
+log "built in $((SECONDS - start)) s: $("$out/coredns" -version | sed -n 1p)"
 echo "$out/coredns"

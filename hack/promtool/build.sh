@@ -57,7 +57,7 @@ if [ ! -x "$out/promtool" ]; then
     -X github.com/prometheus/common/version.BuildUser=configmirror" \
     "github.com/prometheus/prometheus/cmd/promtool@v$PROMETHEUS_MODULE_VERSION"
   mv "$work/promtool" "$out/promtool"
-  log "promtool built in $((SECONDS - start)) s: $("$out/promtool" --version 2>&1 | head -n 1)"
+  log "promtool built in $((SECONDS - start)) s: $("$out/promtool" --version 2>&1 | sed -n 1p)"
 fi
 t=$SECONDS
 log "promql-selectors: go build against $module"
