@@ -35,6 +35,15 @@ def test_every_event_reason_the_code_records_has_a_meaning() -> None:
     assert found["Replicated"] == "Normal" and found["TargetConflict"] == "Warning"
 
 
+def test_every_annotation_the_spec_module_names_is_in_its_table() -> None:
+    from configmirror import spec
+    named = {value for name, value in vars(spec).items()
+             if name.isupper() and isinstance(value, str) and value.startswith(spec.PREFIX)
+             and value != spec.PREFIX}
+    listed = [a.name for a in spec.ANNOTATIONS]
+    assert named == set(listed) and len(listed) == len(set(listed))
+
+
 # -- what the README and the site tell a reader to run holds for this tree ----------------------
 
 _PATH = re.compile(r"(?<![\w./-])((?:deploy|hack|charts|docs|tests|src|bench|testing)/[\w./-]*\w)")
