@@ -134,14 +134,23 @@ unit: $(STAMP) ## run only the unit tests (no control plane)
 mutate: $(STAMP) ## mutation check of the queue, controller, planner, replicator, events, kube, transport, status, caches (MUTATE_ARGS=--jobs 2, --only REGEX)
 	$(PY) hack/mutate.py $(MUTATE_ARGS)
 
+.PHONY: docs
+docs: $(STAMP) ## the documentation site (MkDocs, Material) into site/, --strict: a broken link or anchor fails
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+.PHONY: docs-reference
+docs-reference: $(STAMP) ## rewrite docs/reference/ from the code and the chart (flags, metrics, Events, values, alerts)
+	$(PY) hack/docs_reference.py
+
 .PHONY: lint
-lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile) + actionlint (.github/workflows/)
+lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile) + actionlint (.github/workflows/) + make docs
 	$(VENV)/bin/ruff check src testing tests bench hack
 	$(VENV)/bin/mypy --strict src testing
 	$(VENV)/bin/hadolint Dockerfile
 	@# With shellcheck on PATH (.ci/run installs it), actionlint checks every run: script too.
 	@set -o pipefail; actionlint=$$(hack/tools/build.sh actionlint | tail -n 1) && \
 	  echo "$$actionlint .github/workflows/*.yml" && $$actionlint .github/workflows/*.yml
+	@$(MAKE) --no-print-directory docs
 
 # Each benchmark starts its own control plane and prints ratios against baselines measured in
 # the same run: the Go client-go writer (bench/gowriter, built once into the cache beside the
@@ -230,4 +239,4 @@ kind-test: $(STAMP) ## kind cluster (KIND_NODE_IMAGE=..., default kind's) + imag
 
 .PHONY: clean
 clean: ## remove the venv and caches in the repo (the control-plane cache is kept)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist site src/*.egg-info

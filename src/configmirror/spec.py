@@ -40,6 +40,54 @@ SYNC = PREFIX + "sync"
 IGNORE_LABEL = PREFIX + "ignore"
 
 
+@dataclass(frozen=True)
+class Annotation:
+    """One key of the annotation language, as the reference documentation lists it."""
+
+    name: str
+    on: str       # what carries it
+    value: str    # what it takes
+    meaning: str
+
+
+# The user-facing keys, in the order the reference page lists them (hack/docs_reference.py).
+ANNOTATIONS = (
+    Annotation(REPLICATE_TO, "source", "comma-separated namespace names or globs (`*`, `?`, "
+               "`[a-z]`); a leading `!` excludes", "push to the namespaces whose whole name "
+               "matches; `*` is every namespace"),
+    Annotation(REPLICATE_TO_MATCHING, "source", "a label selector (`env=prod`, `env!=dev`, "
+               "`tier in (a,b)`, `tier notin (c)`, `team`, `!legacy`; a comma is AND)",
+               "push to the namespaces whose labels match; the targets are the union with "
+               "`replicate-to` and the pulls"),
+    Annotation(PULL_ALLOWED, "source", "namespace patterns, as `replicate-to`",
+               "the namespaces that may pull this source; absent, nobody may"),
+    Annotation(PULL_ALLOWED_MATCHING, "source", "a label selector",
+               "the namespaces whose labels match may pull this source"),
+    Annotation(COPY_LABELS, "source", "key globs, `!` excludes; default `*`",
+               "which of the source's labels its replicas carry (the drop list applies on "
+               "top)"),
+    Annotation(COPY_ANNOTATIONS, "source", "key globs, `!` excludes; default `*`",
+               "which of the source's annotations its replicas carry (the drop list applies "
+               "on top)"),
+    Annotation(COPY_KEYS, "source", "key globs, `!` excludes; default `*`",
+               "which data keys (`data` and `binaryData`) its replicas carry"),
+    Annotation(REPLICA_TYPE, "source (Secret)", "a Secret type, e.g. `Opaque`",
+               "the replicas' type, needed when `copy-keys` leaves out a key the source's "
+               "type requires"),
+    Annotation(ON_DELETE, "source", "`delete` (default) or `retain`",
+               "when the source is deleted or stops being one: its replicas are removed, or "
+               "released to their namespaces"),
+    Annotation(SYNC, "source", "`always` (default) or `once`",
+               "`once`: a missing replica is created; an existing one is never updated or "
+               "repaired"),
+    Annotation(PULL, "Namespace", "comma-separated `[configmap/|secret/]NAMESPACE/NAME`",
+               "the sources this namespace asks for; each gets a replica when its "
+               "`pull-allowed(-matching)` admits the namespace"),
+    Annotation(IGNORE_LABEL, "Namespace (label)", "`true`",
+               "the namespace never receives a replica"),
+)
+
+
 class InvalidSpec(ValueError):
     """A source's annotations do not parse; the message names the annotation and the fault."""
 

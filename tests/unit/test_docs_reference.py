@@ -1,0 +1,82 @@
+"""The reference pages under docs/reference/ are what hack/docs_reference.py makes of the code."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_reference",
+                                                  REPO / "hack" / "docs_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_reference_pages_are_what_the_generator_makes() -> None:
+    stale = _generator().stale()
+    assert not stale, (f"docs/reference/{', '.join(stale)} differ(s) from the code: "
+                       "run `make docs-reference` and commit the result")
+
+
+def test_every_event_reason_the_code_records_has_a_meaning() -> None:
+    generator = _generator()
+    found = generator.events_in_code()
+    assert {"Replicated", "InvalidSpec", "TargetConflict", "PullNotAllowed"} <= set(found)
+    assert set(found) <= set(generator.EVENT_MEANINGS)
+    assert found["Replicated"] == "Normal" and found["TargetConflict"] == "Warning"
+
+
+def test_every_annotation_the_spec_module_names_is_in_its_table() -> None:
+    from configmirror import spec
+    named = {value for name, value in vars(spec).items()
+             if name.isupper() and isinstance(value, str) and value.startswith(spec.PREFIX)
+             and value != spec.PREFIX}
+    listed = [a.name for a in spec.ANNOTATIONS]
+    assert named == set(listed) and len(listed) == len(set(listed))
+
+
+# -- what the README and the site tell a reader to run holds for this tree ----------------------
+
+_PATH = re.compile(r"(?<![\w./-])((?:deploy|hack|charts|docs|tests|src|bench|testing)/[\w./-]*\w)")
+_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def _documents() -> list[Path]:
+    return [REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "SECURITY.md",
+            REPO / "charts" / "configmirror" / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+
+
+def test_every_repository_path_and_link_the_documents_name_exists() -> None:
+    missing = []
+    for document in _documents():
+        text = document.read_text()
+        for path in _PATH.findall(text):
+            if not (REPO / path).exists():
+                missing.append(f"{document.relative_to(REPO)}: {path}")
+        for link in _LINK.findall(re.sub(r"`[^`]*`", "", text)):
+            if "://" not in link and not (document.parent / link).exists():
+                missing.append(f"{document.relative_to(REPO)}: ({link})")
+    assert not missing, missing
+
+
+def test_the_readme_quickstart_loads_the_image_deploy_runs_and_labels_what_it_selects() -> None:
+    from configmirror import __version__
+    readme = (REPO / "README.md").read_text()
+    kustomization = yaml.safe_load((REPO / "deploy" / "kustomization.yaml").read_text())
+    [image] = kustomization["images"]
+    assert image["newTag"] == __version__
+    assert f"kind load docker-image configmirror:{__version__}" in readme
+    deployment = yaml.safe_load((REPO / "deploy" / "deployment.yaml").read_text())
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--source-namespace-selector=configmirror.io/source=true" in container["args"]
+    assert "kubectl label namespace platform configmirror.io/source=true" in readme
+    assert "kubectl apply -k deploy/" in readme
