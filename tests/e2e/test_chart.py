@@ -427,6 +427,22 @@ def test_the_install_notes_say_which_labels_the_namespaces_need(installed: Insta
     assert notes.index("configmirror.io/source=true") < notes.index("kubectl annotate")
 
 
+def test_the_readme_creates_and_labels_the_namespace_before_the_install() -> None:
+    """The README's install, in the order the `installed` fixture follows: no moment in which
+    the release's namespace exists unlabelled (a `replicate-to: "*"` source would write into
+    it), and the restricted Pod Security level from the start."""
+    readme = (CHART / "README.md").read_text()
+    blocks = readme.split("```")[1::2]
+    install = next(b for b in blocks if "helm install" in b)
+    commands = [c for c in (line.split("#")[0].strip() for line in install.splitlines()) if c]
+    labels = " ".join(f"{k}={v}" for k, v in NAMESPACE_LABELS.items())
+    create = commands.index("kubectl create namespace configmirror")
+    label = commands.index(f"kubectl label namespace configmirror {labels}")
+    helm_install = next(i for i, c in enumerate(commands) if c.startswith("helm install"))
+    assert create < label < helm_install, commands
+    assert not [b for b in blocks if "--create-namespace" in b]
+
+
 def test_the_notes_give_no_label_command_for_a_selector_no_label_can_satisfy(
         helm: Helm, tmp_path: Path) -> None:
     values = {"sourceNamespaceSelector": "env in (prod,staging)"}
