@@ -2,15 +2,18 @@
 # Build configmirror's image (`make image`): the wheels on this host, then `docker build`.
 #
 #   hack/image.sh IMAGE        e.g. hack/image.sh configmirror:0.1.0
+#   hack/image.sh --base       only print the base it would build on (pulled or built first)
 #
 # The base is the Dockerfile's default (the official python image) when it can be pulled,
 # else a local base built from Debian's packages (hack/base-image.sh). BASE_IMAGE=... forces
 # one. The wheels (configmirror's own, and its dependencies for the base's Python and CPU)
 # are built or downloaded here by hack/wheels.sh, so the build in Docker is offline: it needs
-# no registry access and no CA bundle, and bakes in neither.
+# no registry access and no CA bundle, and bakes in neither. It builds the Dockerfile's target
+# `offline`, which the classic builder can build as well as BuildKit (plain `docker build .`
+# makes the wheels inside the build instead, from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-image=${1:?usage: hack/image.sh IMAGE}
+image=${1:?usage: hack/image.sh IMAGE | --base}
 official=$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile)
 wheels=build/image/wheels
 
@@ -25,8 +28,13 @@ if [ -z "$base" ]; then
   fi
 fi
 
+if [ "$image" = --base ]; then
+  echo "$base"
+  exit 0
+fi
+
 read -r pyver arch < <(docker run --rm --network none --entrypoint python3 "$base" -c \
   'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}", platform.machine())')
 echo "image: $image on $base (Python $pyver, $arch)" >&2
 hack/wheels.sh "$wheels" "$pyver" "$arch"
-docker build --build-arg BASE_IMAGE="$base" --tag "$image" .
+docker build --build-arg BASE_IMAGE="$base" --target offline --tag "$image" .

@@ -180,10 +180,10 @@ for platform in ${platforms//,/ }; do
   mkdir -p "$context"
   cp .dockerignore "$context/"
   hack/wheels.sh "$context/build/image/wheels" "$pyver" "$machine"
-  # No network in the build (the Dockerfile installs the wheels offline): no CNI bridge and no
-  # iptables rules on this machine.
+  # No network in the build (the Dockerfile's target `offline` installs the wheels offline): no
+  # CNI bridge and no iptables rules on this machine.
   buildah build --quiet --layers --network none --platform "$platform" --build-arg "BASE_IMAGE=$base" \
-    --file "$repo/Dockerfile" --manifest "$list" "$context" >/dev/null
+    --target offline --file "$repo/Dockerfile" --manifest "$list" "$context" >/dev/null
 done
 
 buildah manifest push --quiet --all --format oci --tls-verify="$tls_verify" \

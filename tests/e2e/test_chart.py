@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from configmirror_testing.helm import Helm, release_objects
 from configmirror_testing.helm import cluster_scoped_objects as all_cluster_scoped
 from configmirror_testing.wait import WaitTimeout, wait_for
 from tests.conftest import REPO, Cluster, Namespaces, unique_name
+from tests.e2e.conftest import Operators
+from tests.e2e.installs import check_install, service_account
 
 pytestmark = pytest.mark.controlplane
 CHART = REPO / "charts" / "configmirror"
@@ -29,6 +32,9 @@ CHART = REPO / "charts" / "configmirror"
 HELM_OWN_LABELS = ("helm.sh/chart", "app.kubernetes.io/instance",
                    "app.kubernetes.io/managed-by", "app.kubernetes.io/version")
 SECRET_NAMES = ["wildcard-tls", "registry-credentials"]
+# What the README labels the release's namespace with before `helm install`.
+NAMESPACE_LABELS = {"configmirror.io/ignore": "true",
+                    "pod-security.kubernetes.io/enforce": "restricted"}
 
 # Values that exercise every template branch the apiserver can check (a ServiceMonitor needs
 # the Prometheus Operator's CRD, which this apiserver lacks: it is checked by rendering only).
@@ -362,26 +368,89 @@ def test_install_then_uninstall_leaves_no_cluster_scoped_objects(
 
 # -- Secrets RBAC, for real ---------------------------------------------------------------------
 
+@dataclass
+class Installed:
+    """A release of the chart installed for real: what it rendered, where, and what it said."""
+    docs: list[dict[str, Any]]
+    namespace: str
+    release: str
+    notes: str
+    kubeconfig: Path  # holding only a token of the release's ServiceAccount
+
+
 @pytest.fixture(scope="module")
-def secrets_rbac(cluster: Cluster, helm: Helm,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The chart with Secrets on, applied for real; yields a kubeconfig of its ServiceAccount."""
-    plane = cluster.require_plane()
-    folder = tmp_path_factory.mktemp("secrets-rbac")
-    namespaces = Namespaces(cluster, "t-chart-secrets")
-    release = unique_name("sec")
+def installed(cluster: Cluster, helm: Helm,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    """The chart with Secrets on, installed as its README says (the namespace created and
+    labelled first, then `helm install`), under a release name and in a namespace that are
+    not the defaults; uninstalled after the module."""
+    folder = tmp_path_factory.mktemp("installed")
+    namespaces = Namespaces(cluster, "t-chart-ops")
+    release = unique_name("mirror")
     try:
-        namespace = namespaces()
-        manifest = template(helm, folder, VARIANTS["secrets"], release=release,
-                            namespace=namespace)
+        namespace = namespaces(NAMESPACE_LABELS)
+        done = helm("install", release, str(CHART), "--namespace", namespace,
+                    *values_file(VARIANTS["secrets"], folder), kubeconfig=cluster.kubeconfig)
         try:
-            plane.kubectl("apply", "-f", "-", input=manifest)
-            yield cluster.token_kubeconfig(namespace, f"{release}-configmirror",
-                                           folder / "kubeconfig")
+            docs = documents(helm("get", "manifest", release, "--namespace", namespace,
+                                  kubeconfig=cluster.kubeconfig).stdout)
+            yield Installed(docs, namespace, release, done.stdout,
+                            cluster.token_kubeconfig(namespace, f"{release}-configmirror",
+                                                     folder / "kubeconfig"))
         finally:
-            plane.kubectl("delete", "--ignore-not-found", "-f", "-", input=manifest)
+            helm("uninstall", release, "--namespace", namespace, kubeconfig=cluster.kubeconfig)
     finally:
         namespaces.cleanup()
+
+
+@pytest.fixture(scope="module")
+def secrets_rbac(installed: Installed) -> Path:
+    """A kubeconfig of the installed release's ServiceAccount (Secrets on)."""
+    return installed.kubeconfig
+
+
+def test_a_release_of_another_name_in_another_namespace_replicates_and_keeps_the_secret_guarantee(
+        cluster: Cluster, installed: Installed, namespaces: Namespaces,
+        operators: Operators) -> None:
+    fullname = f"{installed.release}-configmirror"
+    assert service_account(installed.docs) == (installed.namespace, fullname)
+    check_install(cluster, operators, namespaces, installed.docs, installed.kubeconfig,
+                  lease=fullname)
+
+
+def test_the_install_notes_say_which_labels_the_namespaces_need(installed: Installed) -> None:
+    notes = installed.notes.split("NOTES:", 1)[1]
+    assert (f"kubectl label namespace {installed.namespace} configmirror.io/ignore=true "
+            "pod-security.kubernetes.io/enforce=restricted") in notes
+    assert "kubectl label namespace NAMESPACE configmirror.io/source=true" in notes
+    # ...and before the ConfigMap is annotated.
+    assert notes.index("configmirror.io/source=true") < notes.index("kubectl annotate")
+
+
+def test_the_readme_creates_and_labels_the_namespace_before_the_install() -> None:
+    """The README's install, in the order the `installed` fixture follows: no moment in which
+    the release's namespace exists unlabelled (a `replicate-to: "*"` source would write into
+    it), and the restricted Pod Security level from the start."""
+    readme = (CHART / "README.md").read_text()
+    blocks = readme.split("```")[1::2]
+    install = next(b for b in blocks if "helm install" in b)
+    commands = [c for c in (line.split("#")[0].strip() for line in install.splitlines()) if c]
+    labels = " ".join(f"{k}={v}" for k, v in NAMESPACE_LABELS.items())
+    create = commands.index("kubectl create namespace configmirror")
+    label = commands.index(f"kubectl label namespace configmirror {labels}")
+    helm_install = next(i for i, c in enumerate(commands) if c.startswith("helm install"))
+    assert create < label < helm_install, commands
+    assert not [b for b in blocks if "--create-namespace" in b]
+
+
+def test_the_notes_give_no_label_command_for_a_selector_no_label_can_satisfy(
+        helm: Helm, tmp_path: Path) -> None:
+    values = {"sourceNamespaceSelector": "env in (prod,staging)"}
+    done = helm("install", "configmirror", str(CHART), "--dry-run=client", "--namespace", "x",
+                *values_file(values, tmp_path))
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert 'may hold sources: label' in notes and "env in (prod,staging)" in notes
+    assert "kubectl label namespace NAMESPACE" not in notes
 
 
 @pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [

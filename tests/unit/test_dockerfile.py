@@ -12,7 +12,6 @@ from configmirror import __version__
 from tests.conftest import REPO
 
 DOCKERFILE = (REPO / "Dockerfile").read_text()
-FINAL_STAGE = DOCKERFILE.split("\nFROM ")[-1]
 
 
 def instructions(name: str, text: str = DOCKERFILE) -> list[str]:
@@ -25,9 +24,25 @@ def test_default_base_is_the_official_slim_python_pinned_by_version() -> None:
     assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", args["BASE_IMAGE"])
 
 
-def test_both_stages_start_from_the_same_base_so_the_venv_runs_in_the_final_one() -> None:
-    bases = [f.split()[0] for f in instructions("FROM")]
-    assert bases == ["${BASE_IMAGE}", "${BASE_IMAGE}"], "a build stage and a runtime stage"
+def stages() -> list[tuple[str, str, str]]:
+    """(base, name, body) of each stage, in order; an unnamed stage's name is ""."""
+    found = []
+    for chunk in DOCKERFILE.split("\nFROM ")[1:]:
+        head, _, body = chunk.partition("\n")
+        base, _, name = head.partition(" AS ")
+        found.append((base.strip(), name.strip(), body))
+    return found
+
+
+def stage(name: str) -> str:
+    (body,) = [b for _, n, b in stages() if n == name]
+    return body
+
+
+def runs(text: str) -> list[str]:
+    """The RUN instructions of `text`, each on one line with single spaces."""
+    lines = [" ".join(line.split()) for line in text.replace("\\\n", " ").splitlines()]
+    return [line for line in lines if line.startswith("RUN ")]
 
 
 def test_runs_as_a_numeric_non_root_user() -> None:
@@ -42,31 +57,71 @@ def test_entrypoint_and_default_command() -> None:
     assert json.loads(instructions("CMD")[-1]) == ["run"]
 
 
-def test_final_stage_holds_the_venv_only_and_writes_no_bytecode_at_run_time() -> None:
-    assert instructions("COPY", FINAL_STAGE) == [
-        "--from=build /opt/configmirror /opt/configmirror"]
-    assert not instructions("RUN", FINAL_STAGE), "nothing installed or compiled at this stage"
-    assert "PYTHONDONTWRITEBYTECODE=1" in FINAL_STAGE
+def test_every_stage_starts_from_the_base_so_the_venv_runs_in_the_image() -> None:
+    names = {name for _, name, _ in stages()}
+    for base, name, _ in stages():
+        assert base == "${BASE_IMAGE}" or (base in names and base == "runtime"), (name, base)
+    assert [b for b, n, _ in stages() if n in ("", "offline")] == ["runtime", "runtime"]
 
 
-def test_build_installs_offline_with_no_pip_cache_and_removes_the_installer() -> None:
-    build_stage = " ".join(DOCKERFILE.split("\nFROM ")[1].replace("\\\n", " ").split())
-    assert build_stage.count("pip install --no-cache-dir --no-index") == 2
-    assert re.search(r"pip uninstall --yes [^&]* pip setuptools &&", build_stage)
+def test_the_image_and_the_offline_target_are_runtime_plus_the_venv_only() -> None:
+    """The default (last) stage and `offline` (make image): one COPY of a venv, no RUN."""
+    final = stages()[-1]
+    assert final[1] == "", "the default target is the last, unnamed stage"
+    for body, venv in ((final[2], "venv"), (stage("offline"), "offline-venv")):
+        assert [i for i in body.splitlines() if i.strip() and not i.startswith("#")] == [
+            f"COPY --from={venv} /opt/configmirror /opt/configmirror"]
+    assert "PYTHONDONTWRITEBYTECODE=1" in stage("runtime")
+    assert not instructions("RUN", stage("runtime"))
 
 
-def test_no_ca_bundle_or_proxy_setting_reaches_the_image() -> None:
-    for word in ("ca-certificates.crt", "SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE",
-                 "PIP_INDEX_URL", "http_proxy"):
-        assert word.lower() not in DOCKERFILE.lower(), word
+def test_both_venvs_are_made_by_the_same_offline_commands_with_no_pip_cache() -> None:
+    """`venv` (docker build .) and `offline-venv` (make image) install the same way; only
+    where their wheels come from differs."""
+    offline, online = runs(stage("offline-venv")), runs(stage("venv"))
+    assert offline == online
+    assert len(offline) == 2
+    assert all("pip install --no-cache-dir --no-index" in r for r in offline)
+    assert re.search(r"pip uninstall --yes [^&]* pip setuptools &&", offline[1])
+    assert instructions("COPY", stage("offline-venv")) == [
+        "build/image/wheels/deps/ /wheels/deps/", "build/image/wheels/app/ /wheels/app/"]
+    assert instructions("COPY", stage("venv")) == [
+        "--from=wheels /wheels/deps/ /wheels/deps/", "--from=wheels /wheels/app/ /wheels/app/"]
 
 
-def test_dockerignore_sends_only_the_wheels() -> None:
+def test_the_offline_target_needs_no_buildkit_feature() -> None:
+    """The classic builder builds every stage up to its --target: none of them may use
+    RUN --mount (make image works with either builder)."""
+    names = [name for _, name, _ in stages()]
+    before = stages()[:names.index("offline") + 1]
+    assert not [r for _, _, body in before for r in runs(body) if r.startswith("RUN --")]
+
+
+def test_only_the_wheels_stage_may_see_a_ca_bundle_and_only_as_a_secret() -> None:
+    words = ("ca-certificates.crt", "ssl_cert_file", "pip_cert", "requests_ca_bundle",
+             "pip_index_url", "http_proxy", "https_proxy")
+    for _, name, body in stages():
+        if name != "wheels":
+            for word in words:
+                assert word not in body.lower(), (name, word)
+    (download,) = runs(stage("wheels"))
+    assert download.startswith("RUN --mount=type=secret,id=ca ")
+    assert "export PIP_CERT=/run/secrets/ca" in download
+    assert not instructions("ENV", stage("wheels"))
+    assert [a.split("=")[0] for a in instructions("ARG")] == ["BASE_IMAGE"], "no other input"
+
+
+def test_dockerignore_sends_the_source_and_the_wheels_only() -> None:
     lines = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
              if line.strip() and not line.startswith("#")]
-    assert lines == ["*", "!build/image/wheels/"]
-    copied = [c.split()[0] for c in instructions("COPY") if not c.startswith("--from")]
-    assert copied == ["build/image/wheels/deps/", "build/image/wheels/app/"]
+    assert lines[0] == "*"
+    sent = {line[1:] for line in lines if line.startswith("!")}
+    assert sent == {"pyproject.toml", "README.md", "src/", "build/image/wheels/"}
+    copied = {c.split()[0] for c in instructions("COPY") if not c.startswith("--from")}
+    assert copied == {"pyproject.toml", "src/", "build/image/wheels/deps/",
+                      "build/image/wheels/app/"}
+    readme = instructions("COPY", stage("wheels"))[0]
+    assert readme == "pyproject.toml README.md ./"
 
 
 def test_deploy_and_the_chart_run_the_image_make_image_builds() -> None:
