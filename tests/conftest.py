@@ -11,9 +11,10 @@ the pods and a kube-controller-manager deletes namespaces for real. The control 
 helper, the waiter and the object builders live in `configmirror_testing` (testing/), shared
 with the benchmarks and `make demo`.
 
-In CI (CI=true) a missing control plane fails the run. On a laptop without Go the tests that
-need one skip, with one line saying how to get it. Docker, which the image's tests need, and
-kind (Docker, kind, a node image) are treated the same way.
+Every tool (the control plane, helm, promtool, kind, ...) is found, or built, by one rule
+(configmirror_testing.tools): in CI (CI=true) a missing one fails the tests that need it; on a
+laptop without Go they skip, with one line saying how to get it. Docker, which the image's
+tests need, and kind (Docker, kind, a node image) are treated the same way.
 """
 
 from __future__ import annotations
@@ -23,16 +24,18 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 from hypothesis import settings
 from kubernetes import client, config
 
-from configmirror_testing.controlplane import ControlPlane, find_assets
-from configmirror_testing.kind import KindCluster, find_kind, find_node_image
+from configmirror_testing import tools
+from configmirror_testing.controlplane import ControlPlane
+from configmirror_testing.kind import KindCluster, find_node_image
 from configmirror_testing.objects import service_account_token, token_kubeconfig
 from configmirror_testing.pod import docker_missing
+from configmirror_testing.tools import missing, require, require_tool
 
 # Property tests assert properties, not speed: no per-example deadline, which a loaded CI
 # machine (or the first call that compiles a regex) exceeds without anything being wrong.
@@ -40,8 +43,15 @@ settings.register_profile("configmirror", deadline=None)
 settings.load_profile("configmirror")
 
 REPO = Path(__file__).resolve().parents[1]
-NO_CONTROL_PLANE = ("no control plane: run `make controlplane` (needs Go 1.26+) or set "
-                    "KUBEBUILDER_ASSETS to a folder with kube-apiserver, etcd, etcdctl, kubectl")
+__all__ = ["REPO", "Cluster", "Namespaces", "missing", "require", "require_docker",
+           "require_kind", "start_plane", "unique_name"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A tool built for the suite (configmirror_testing.tools) shows its build's output."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        tools.uncaptured = capture.global_and_fixture_disabled
 
 
 class Cluster:
@@ -78,20 +88,6 @@ class Cluster:
         return self.plane
 
 
-def missing(reason: str) -> NoReturn:
-    """Skip the test for `reason`; in CI, where everything a test needs is built or
-    installed, fail it."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
-
-
-def require(reason: str | None) -> None:
-    """`missing(reason)`, unless reason is None."""
-    if reason is not None:
-        missing(reason)
-
-
 def require_docker() -> None:
     """Skip the test without a Docker daemon; in CI, fail it."""
     reason = docker_missing()
@@ -110,22 +106,14 @@ class KindTools:
 
 def require_kind() -> KindTools:
     """kind, the node image (KIND_NODE_IMAGE, else ours) and kubectl; skips the test when one
-    is missing (in CI, builds what it can and fails the test for the rest)."""
-    ci = os.environ.get("CI") == "true"
+    is missing (in CI, or under make, builds what it can; in CI fails the test for the rest)."""
     require_docker()
-    kind = find_kind(REPO, build=ci)
-    image = find_node_image(REPO, build=ci) if kind else None
-    assets = find_assets(REPO, build=ci) if image else None
-    if kind is None:
-        reason = "no kind: run `make kind` (hack/kind/build.sh; needs Go)"
-    elif image is None:
-        reason = ("no kind node image: run `make kind-node-image`, or set KIND_NODE_IMAGE "
-                  "(e.g. kind's own kindest/node, where a registry is reachable)")
-    elif assets is None:
-        reason = NO_CONTROL_PLANE + " (the node tier uses its kubectl)"
-    else:
-        return KindTools(kind, image, assets / "kubectl")
-    missing(reason)
+    kind = require_tool("kind") / "kind"
+    image = find_node_image(REPO, build=tools.building())
+    if image is None:
+        missing("no kind node image: run `make kind-node-image`, or set KIND_NODE_IMAGE "
+                "(e.g. kind's own kindest/node, where a registry is reachable)")
+    return KindTools(kind, image, require_tool("controlplane") / "kubectl")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -140,10 +128,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def start_plane(**options: Any) -> ControlPlane:
     """A started local control plane (ControlPlane's options); the caller stops it."""
-    assets = find_assets(REPO, build=os.environ.get("CI") == "true")
-    if assets is None:
-        missing(NO_CONTROL_PLANE)
-    plane = ControlPlane(assets, **options)
+    plane = ControlPlane(require_tool("controlplane"), **options)
     plane.start()
     return plane
 

@@ -22,24 +22,18 @@ import pytest
 from kubernetes import client
 
 from configmirror import __version__
-from configmirror_testing.helm import Helm, find_helm
+from configmirror_testing.helm import Helm
 from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
 from configmirror_testing.objects import configmap
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.pod import build_image, remove_image
 from configmirror_testing.registry import Registry, registry_missing
-from configmirror_testing.release import (
-    Release,
-    find_tool,
-    generate_key_pair,
-    publish,
-    release_missing,
-)
+from configmirror_testing.release import Release, generate_key_pair, publish, release_missing
+from configmirror_testing.tools import require_tool
 from configmirror_testing.wait import wait_for
 from tests.conftest import (
     REPO,
     Cluster,
-    missing,
     require,
     require_docker,
     require_kind,
@@ -211,9 +205,6 @@ def requests_into(cluster: Cluster, user: str, namespace: str) -> list[dict[str,
 
 # -- shared by several modules ------------------------------------------------------------------
 
-NO_HELM = "no helm: run `make helm` (needs Go 1.26+); hack/helm/build.sh builds it once"
-
-
 @pytest.fixture(scope="session")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The image as `make image` builds it from this tree (or CONFIGMIRROR_E2E_IMAGE's)."""
@@ -232,12 +223,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    """helm built by hack/helm/build.sh, with its homes in a temp folder."""
-    ci = os.environ.get("CI") == "true"
-    binary = find_helm(REPO, build=ci)
-    if binary is None:
-        missing(NO_HELM)
-    return Helm(binary, tmp_path_factory.mktemp("helm-home"))
+    """helm as `make helm` builds it, with its homes in a temp folder."""
+    return Helm(require_tool("helm") / "helm", tmp_path_factory.mktemp("helm-home"))
 
 
 NODE_TIER = "configmirror-node"  # the node tier's kind clusters: configmirror-node-<pid>-<hex>
@@ -289,10 +276,7 @@ COSIGN_PASSWORD = "e2e-password"
 @pytest.fixture(scope="session")
 def cosign() -> Path:
     """cosign as `make cosign` builds it (built here in CI)."""
-    found = find_tool("cosign", build=os.environ.get("CI") == "true")
-    require(None if found else "no cosign: run `make cosign` (needs Go)")
-    assert found is not None
-    return found
+    return require_tool("cosign") / "cosign"
 
 
 @pytest.fixture(scope="session")

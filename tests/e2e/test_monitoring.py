@@ -4,14 +4,14 @@ leader and standby (their real metrics), the chart and deploy/monitoring/ carry 
 and the chart ships the dashboard for Grafana's sidecar.
 
 promtool (and promql-selectors, which reads PromQL with Prometheus' own parser) is built once
-by hack/promtool/build.sh; without it these tests skip locally and fail in CI.
+by hack/promtool/build.sh (configmirror_testing.tools: without it these tests skip locally and
+fail in CI).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -25,9 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from configmirror.spec import REPLICATE_TO
 from configmirror_testing.helm import Helm
 from configmirror_testing.operator import OperatorProcess
-from configmirror_testing.promtool import Promtool, Selector, find_promtool
+from configmirror_testing.promtool import Promtool, Selector
+from configmirror_testing.tools import require_tool
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, Namespaces, missing, unique_name
+from tests.conftest import REPO, Cluster, Namespaces, unique_name
 from tests.e2e.conftest import Operators, configmap, read
 from tests.e2e.test_chart import (
     CHART,
@@ -45,8 +46,6 @@ RULES = CHART / "files" / "prometheus-rules.yaml"
 DASHBOARD = CHART / "files" / "grafana-dashboard.json"
 RULE_TESTS = REPO / "tests" / "monitoring" / "prometheus-rules.test.yaml"
 DEPLOY_MONITORING = REPO / "deploy" / "monitoring"
-NO_PROMTOOL = ("no promtool: run `make promtool` (needs Go 1.26+); hack/promtool/build.sh "
-               "builds it once")
 # Labels Prometheus gives every series of a target; they are not in /metrics.
 TARGET_LABELS = {"namespace", "job", "instance", "pod", "service", "endpoint", "container"}
 # What Grafana substitutes before a query reaches Prometheus.
@@ -65,11 +64,7 @@ MONITORING = {"metrics": {
 
 @pytest.fixture(scope="session")
 def promtool() -> Promtool:
-    ci = os.environ.get("CI") == "true"
-    folder = find_promtool(REPO, build=ci)
-    if folder is None:
-        missing(NO_PROMTOOL)
-    return Promtool(folder)
+    return Promtool(require_tool("promtool"))
 
 
 def rules() -> list[dict[str, Any]]:

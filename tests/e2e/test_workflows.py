@@ -7,7 +7,6 @@ a broken workflow and passes ours.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from configmirror_testing.release import find_tool
-from tests.conftest import REPO, missing
+from configmirror_testing.tools import require_tool
+from tests.conftest import REPO
 
 WORKFLOWS = REPO / ".github" / "workflows"
 
@@ -31,10 +30,7 @@ def steps(doc: dict[Any, Any]) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def actionlint() -> Path:
-    found = find_tool("actionlint", build=os.environ.get("CI") == "true")
-    if found is None:
-        missing("no actionlint: run `make actionlint` (needs Go)")
-    return found
+    return require_tool("actionlint") / "actionlint"
 
 
 def lint(actionlint: Path, *files: Path) -> subprocess.CompletedProcess[str]:
