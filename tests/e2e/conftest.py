@@ -1,6 +1,6 @@
-"""End-to-end fixtures: operators started (and stopped) for one test, small readers, and what
-several modules share: the image built from this tree, helm, the kind cluster of the node
-tier, and a test module run in a pytest of its own.
+"""End-to-end fixtures: operators started (and stopped) for one test, and what several modules
+share: the image built from this tree, helm, the kind cluster of the node tier, cosign, a
+registry and a release. The helpers they hand out are configmirror_testing.e2e's.
 
 The operator process itself is `configmirror_testing.operator.OperatorProcess`, the one
 launcher the tests, the benchmarks and `make demo` share. Operators run with default flags
@@ -9,110 +9,30 @@ unless a test passes its own.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from kubernetes import client
 
 from configmirror import __version__
-from configmirror_testing.helm import Helm
-from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
-from configmirror_testing.objects import configmap
-from configmirror_testing.operator import OperatorProcess
-from configmirror_testing.pod import build_image, remove_image
-from configmirror_testing.registry import Registry, registry_missing
-from configmirror_testing.release import Release, generate_key_pair, publish, release_missing
-from configmirror_testing.tools import require_tool
-from configmirror_testing.wait import wait_for
-from tests.conftest import (
+from configmirror_testing.cluster import (
     REPO,
     Cluster,
     require,
     require_docker,
     require_kind,
-    unique_name,
 )
-
-__all__ = ["IN_CLUSTER", "REMOVAL_TIMEOUT", "Operator", "Operators", "configmap", "events",
-           "read", "requests_into", "restart_writes_nothing", "restricted_operator_identity",
-           "run_test_module", "wait_replica"]
-
-Operator = OperatorProcess
-IN_CLUSTER = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
-# How long a removal may take: the suite's own operators remove at once (--delete-grace=0s,
-# below); a deployed one waits out deploy/'s grace (60 s) first.
-REMOVAL_TIMEOUT = 100.0 if IN_CLUSTER else 10.0
-
-
-class InClusterOperator:
-    """The operator `make kind-test` or `make cluster-test` deployed: running already, not
-    ours to start or stop. Tests that need more are marked `operator_process` and deselected;
-    one that is not marked skips here (and the cluster tests count that as a failure)."""
-
-    @staticmethod
-    def _local_only(what: str) -> Any:
-        pytest.skip(f"needs a local operator process ({what}); the in-cluster one is used")
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        pass
-
-    def wait_idle(self, timeout: float = 60) -> None:
-        self._local_only("its /metrics")
-
-    def metric(self, name: str, **labels: str) -> float:
-        return self._local_only("its /metrics")  # type: ignore[no-any-return]
-
-    def writes(self) -> float:
-        return self.metric("configmirror_replica_writes_total")
-
-    def log(self) -> str:
-        return self._local_only("its log")  # type: ignore[no-any-return]
-
-    def stop(self, timeout: float = 30) -> int:
-        return self._local_only("stopping it")  # type: ignore[no-any-return]
-
-
-class Operators:
-    """Starts operators for one test and stops them (checking a clean exit) afterwards."""
-
-    def __init__(self, cluster: Cluster, folder: Path) -> None:
-        self.cluster = cluster
-        self.folder = folder
-        self.started: list[OperatorProcess] = []
-        self.in_cluster_used = False
-
-    def __call__(self, *flags: str, kubeconfig: Path | None = None, wait: bool = True,
-                 env: dict[str, str] | None = None) -> OperatorProcess:
-        if IN_CLUSTER:
-            if flags or kubeconfig or self.in_cluster_used:
-                InClusterOperator._local_only("flags or restarts")
-            self.in_cluster_used = True
-            return InClusterOperator()  # type: ignore[return-value]
-        # CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG runs the operator as another identity (the
-        # RBAC proof runs these tests with only deploy/'s ServiceAccount token).
-        default = os.environ.get("CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG") or self.cluster.kubeconfig
-        if not any(f.startswith("--delete-grace") for f in flags):
-            # The suite's operators remove at once, so a test of a removal waits for nothing;
-            # the lifecycle tests give a grace of their own.
-            flags = (*flags, "--delete-grace=0s")
-        op = OperatorProcess(kubeconfig or Path(default),
-                             self.folder / f"operator-{len(self.started)}.log", *flags, env=env)
-        self.started.append(op)
-        if wait:
-            op.wait_ready()
-        return op
-
-    def stop_all(self) -> None:
-        codes = [(op, op.stop()) for op in self.started]
-        for op, code in codes:
-            assert code == 0, f"operator exited with {code}:\n{op.log()[-3000:]}"
+from configmirror_testing.e2e import *  # noqa: F403  (the helpers, for modules not moved yet)
+from configmirror_testing.e2e import COSIGN_PASSWORD, NODE_TIER, RELEASE_PATH, Operators
+from configmirror_testing.helm import Helm
+from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
+from configmirror_testing.operator import OperatorProcess
+from configmirror_testing.pod import build_image, remove_image
+from configmirror_testing.registry import Registry, registry_missing
+from configmirror_testing.release import Release, generate_key_pair, publish, release_missing
+from configmirror_testing.tools import require_tool
 
 
 @pytest.fixture
@@ -128,79 +48,6 @@ def operators(cluster: Cluster, tmp_path: Path) -> Iterator[Operators]:
 def operator(operators: Operators) -> OperatorProcess:
     """A running operator with default flags."""
     return operators()
-
-
-def restart_writes_nothing(first: OperatorProcess, start: Callable[[], OperatorProcess]) -> None:
-    """Stop `first` once idle, start another with `start`, and check that once it has looked
-    at the replicas (a target reconcile) and gone idle it wrote nothing."""
-    first.wait_idle()
-    assert first.stop() == 0
-    second = start()
-    wait_for(lambda: second.metric("configmirror_reconciles_total", role="target") >= 1,
-             what="the restarted operator to look at the replicas")
-    second.wait_idle()
-    assert second.writes() == 0
-
-
-def read(cluster: Cluster, namespace: str, name: str) -> client.V1ConfigMap | None:
-    try:
-        return cluster.core.read_namespaced_config_map(name, namespace)
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-
-
-def wait_replica(cluster: Cluster, namespace: str, data: dict[str, str] | None = None,
-                 name: str = "cfg", timeout: float = 10) -> client.V1ConfigMap:
-    def check() -> client.V1ConfigMap | None:
-        cm = read(cluster, namespace, name)
-        if cm is None or (data is not None and (cm.data or {}) != data):
-            return None
-        return cm
-    return wait_for(check, timeout=timeout, what=f"replica {namespace}/{name} with {data}")
-
-
-def events(cluster: Cluster, namespace: str, name: str, reason: str | None = None
-           ) -> list[client.CoreV1Event]:
-    found = cluster.core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name}").items
-    return [e for e in found if reason is None or e.reason == reason]
-
-
-def restricted_operator_identity(cluster: Cluster, home: str, allowed: list[str],
-                                  tmp: Path) -> tuple[Path, str]:
-    """An identity that may read everything but write ConfigMaps only in `allowed`."""
-    name = unique_name("restricted")
-    rbac = cluster.rbac
-    rule = client.V1PolicyRule
-    rbac.create_cluster_role(client.V1ClusterRole(
-        metadata=client.V1ObjectMeta(name=f"{name}-read"), rules=[
-            rule(api_groups=[""], resources=["configmaps", "namespaces"],
-                 verbs=["get", "list", "watch"]),
-            rule(api_groups=[""], resources=["events"], verbs=["create", "patch"])]))
-    rbac.create_cluster_role(client.V1ClusterRole(
-        metadata=client.V1ObjectMeta(name=f"{name}-write"), rules=[
-            rule(api_groups=[""], resources=["configmaps"],
-                 verbs=["create", "update", "delete"])]))
-    subject = [client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=home)]
-    ref = client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
-                           name=f"{name}-read")
-    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
-        metadata=client.V1ObjectMeta(name=f"{name}-read"), role_ref=ref, subjects=subject))
-    for ns in allowed:
-        rbac.create_namespaced_role_binding(ns, client.V1RoleBinding(
-            metadata=client.V1ObjectMeta(name=f"{name}-write"), subjects=subject,
-            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io",
-                                      kind="ClusterRole", name=f"{name}-write")))
-    kubeconfig = cluster.service_account_kubeconfig(home, name, tmp / f"{name}.kubeconfig")
-    return kubeconfig, f"system:serviceaccount:{home}:{name}"
-
-
-def requests_into(cluster: Cluster, user: str, namespace: str) -> list[dict[str, Any]]:
-    return [e for e in cluster.audit(user)
-            if (e.get("objectRef") or {}).get("namespace") == namespace
-            and (e.get("objectRef") or {}).get("resource") == "configmaps"]
 
 
 # -- shared by several modules ------------------------------------------------------------------
@@ -227,9 +74,6 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
     return Helm(require_tool("helm") / "helm", tmp_path_factory.mktemp("helm-home"))
 
 
-NODE_TIER = "configmirror-node"  # the node tier's kind clusters: configmirror-node-<pid>-<hex>
-
-
 @pytest.fixture(scope="session")
 def node_cluster(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A kind cluster (configmirror_testing.kind) of the node image, holding the image under
@@ -251,27 +95,7 @@ def node_cluster(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
               f"{folder / 'logs'}")
 
 
-def run_test_module(module: Path, env: dict[str, str], *args: str, timeout: float = 1200) -> str:
-    """Run a test module in a pytest of its own (with `env` added, and pytest `args`); assert
-    that every test passed and none failed, errored or skipped; return pytest's summary line."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(module)],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **env}, cwd=REPO,
-        check=False)
-    tail = done.stdout[-3000:]
-    assert done.returncode == 0, tail
-    summary = tail.strip().splitlines()[-1]
-    assert " passed" in summary, tail
-    for bad in ("failed", "error", "skipped"):
-        assert bad not in summary, tail
-    return summary
-
-
 # -- the release (make release) and a registry to publish it to ----------------------------------
-
-RELEASE_PATH = "e2e"           # REGISTRY=127.0.0.1:<port>/e2e
-COSIGN_PASSWORD = "e2e-password"
-
 
 @pytest.fixture(scope="session")
 def cosign() -> Path:
@@ -303,23 +127,3 @@ def release(registry: Registry, cosign: Path, tmp_path_factory: pytest.TempPathF
         print(f"make release log: {log}")
 
 
-@contextlib.contextmanager
-def cluster_pulling_from(registry: str, logs: Path) -> Iterator[Cluster]:
-    """A kind cluster of its own whose nodes pull images named `registry/...` (127.0.0.1:PORT,
-    as the release names them, plain HTTP) and hold no image of ours beforehand.
-
-    The one thing the release's node tests ask of the node tier: 127.0.0.1 in a node is the
-    node, so its containerd is told (a hosts.toml, KindCluster.use_registry) to reach that
-    registry at the kind network's gateway, where Registry listens too."""
-    tools = require_kind()
-    kind = KindCluster(tools.kind, owned_name(NODE_TIER), tools.node_image, tools.kubectl,
-                       logs.parent / f"{logs.name}-kind", logs_to=logs)
-    kind.folder.mkdir(parents=True, exist_ok=True)
-    kind.start()
-    try:
-        port = registry.rsplit(":", 1)[1]
-        kind.use_registry(registry, f"http://{kind.host_address}:{port}")
-        yield Cluster(kind.kubeconfig, None, kind)
-    finally:
-        kind.stop()
-        print(f"kind cluster {kind.name} logs: {logs}")

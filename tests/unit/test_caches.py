@@ -6,7 +6,7 @@ from __future__ import annotations
 from configmirror.caches import replicated_kinds
 from configmirror.model import CONFIGMAP, SECRET
 from configmirror.settings import Settings
-from tests.unit.test_plan import ns
+from configmirror_testing.builders import ns
 
 
 def test_configmaps_alone_are_replicated_and_every_one_watched_without_secret_names() -> None:
