@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,10 @@ from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.wait import wait_for
 
 __all__ = ["COSIGN_PASSWORD", "IN_CLUSTER", "NODE_TIER", "RELEASE_PATH", "REMOVAL_TIMEOUT",
-           "InClusterOperator", "Operator", "Operators", "cluster_pulling_from", "configmap",
-           "events", "read", "requests_into", "restart_writes_nothing",
-           "restricted_operator_identity", "run_test_module", "wait_replica"]
+           "Flavour", "InClusterOperator", "Operator", "Operators", "cluster_pulling_from",
+           "configmap", "events", "operator_writes", "read", "requests_into",
+           "restart_writes_nothing", "restricted_operator_identity", "run_test_module",
+           "wait_replica"]
 
 Operator = OperatorProcess
 IN_CLUSTER = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
@@ -64,30 +66,46 @@ class InClusterOperator:
         return self._local_only("stopping it")  # type: ignore[no-any-return]
 
 
+@dataclass(frozen=True)
+class Flavour:
+    """The operator a suite runs against: a local process on `cluster` as `identity` (the
+    cluster's admin when None), or (`deployed`) the one installed in the cluster."""
+
+    name: str
+    cluster: Cluster
+    identity: Path | None = None
+    deployed: bool = False
+
+    def operators(self, folder: Path) -> Operators:
+        return Operators(self.cluster, folder, self.identity, in_cluster=self.deployed)
+
+
 class Operators:
     """Starts operators for one test and stops them (checking a clean exit) afterwards."""
 
-    def __init__(self, cluster: Cluster, folder: Path) -> None:
+    def __init__(self, cluster: Cluster, folder: Path, identity: Path | None = None,
+                 in_cluster: bool = IN_CLUSTER) -> None:
         self.cluster = cluster
         self.folder = folder
+        # The kubeconfig an operator runs with unless a test gives one: the cluster's admin,
+        # or another identity (a flavour: deploy/'s ServiceAccount token proves its RBAC).
+        self.identity = identity or cluster.kubeconfig
+        self.in_cluster = in_cluster
         self.started: list[OperatorProcess] = []
         self.in_cluster_used = False
 
     def __call__(self, *flags: str, kubeconfig: Path | None = None, wait: bool = True,
                  env: dict[str, str] | None = None) -> OperatorProcess:
-        if IN_CLUSTER:
+        if self.in_cluster:
             if flags or kubeconfig or self.in_cluster_used:
                 InClusterOperator._local_only("flags or restarts")
             self.in_cluster_used = True
             return InClusterOperator()  # type: ignore[return-value]
-        # CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG runs the operator as another identity (the
-        # RBAC proof runs these tests with only deploy/'s ServiceAccount token).
-        default = os.environ.get("CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG") or self.cluster.kubeconfig
         if not any(f.startswith("--delete-grace") for f in flags):
             # The suite's operators remove at once, so a test of a removal waits for nothing;
             # the lifecycle tests give a grace of their own.
             flags = (*flags, "--delete-grace=0s")
-        op = OperatorProcess(kubeconfig or Path(default),
+        op = OperatorProcess(kubeconfig or self.identity,
                              self.folder / f"operator-{len(self.started)}.log", *flags, env=env)
         self.started.append(op)
         if wait:
@@ -138,6 +156,15 @@ def events(cluster: Cluster, namespace: str, name: str, reason: str | None = Non
     found = cluster.core.list_namespaced_event(
         namespace, field_selector=f"involvedObject.name={name}").items
     return [e for e in found if reason is None or e.reason == reason]
+
+
+def operator_writes(cluster: Cluster, namespaces: list[str]) -> list[dict[str, Any]]:
+    """The ConfigMap writes the operator made into `namespaces`, as the server audited them."""
+    return [e for e in cluster.audit()
+            if e.get("userAgent", "").startswith("configmirror/")
+            and e.get("verb") in ("create", "update", "patch", "delete")
+            and (e.get("objectRef") or {}).get("resource") == "configmaps"
+            and (e.get("objectRef") or {}).get("namespace") in namespaces]
 
 
 def restricted_operator_identity(cluster: Cluster, home: str, allowed: list[str],

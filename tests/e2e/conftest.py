@@ -25,7 +25,14 @@ from configmirror_testing.cluster import (
     require_kind,
 )
 from configmirror_testing.e2e import *  # noqa: F403  (the helpers, for modules not moved yet)
-from configmirror_testing.e2e import COSIGN_PASSWORD, NODE_TIER, RELEASE_PATH, Operators
+from configmirror_testing.e2e import (
+    COSIGN_PASSWORD,
+    IN_CLUSTER,
+    NODE_TIER,
+    RELEASE_PATH,
+    Flavour,
+    Operators,
+)
 from configmirror_testing.helm import Helm
 from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
 from configmirror_testing.operator import OperatorProcess
@@ -34,10 +41,18 @@ from configmirror_testing.registry import Registry, registry_missing
 from configmirror_testing.release import Release, generate_key_pair, publish, release_missing
 from configmirror_testing.tools import require_tool
 
+# The operators of a suite that takes `flavour` (test_replication.py): once per flavour.
+FLAVOURS = ["in-cluster"] if IN_CLUSTER else ["process", "deploy-rbac"]
+
 
 @pytest.fixture
-def operators(cluster: Cluster, tmp_path: Path) -> Iterator[Operators]:
-    ops = Operators(cluster, tmp_path)
+def operators(cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest
+              ) -> Iterator[Operators]:
+    """The operators of one test: of its flavour when it takes one, else local processes."""
+    if "flavour" in request.fixturenames:
+        ops = request.getfixturevalue("flavour").operators(tmp_path)
+    else:
+        ops = Operators(cluster, tmp_path)
     try:
         yield ops
     finally:
@@ -51,6 +66,34 @@ def operator(operators: Operators) -> OperatorProcess:
 
 
 # -- shared by several modules ------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def deploy_applied(cluster: Cluster) -> Cluster:
+    """deploy/ applied for real on the local control plane (no kubelet here, so its pods never
+    run; its RBAC is real)."""
+    cluster.require_plane().kubectl("apply", "-k", str(REPO / "deploy"))
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def deploy_sa_kubeconfig(deploy_applied: Cluster,
+                         tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig holding only a TokenRequest token of deploy/'s ServiceAccount."""
+    return deploy_applied.token_kubeconfig("configmirror", "configmirror",
+                                           tmp_path_factory.mktemp("sa") / "kubeconfig")
+
+
+@pytest.fixture(scope="module", params=FLAVOURS)
+def flavour(request: pytest.FixtureRequest, cluster: Cluster) -> Flavour:
+    """The operator a suite that takes this fixture runs against, once per flavour (each test
+    reported by name with the flavour's id): a local process as the cluster's admin, one with
+    only deploy/'s ServiceAccount token (its RBAC is enough), or, against a deployed operator
+    (CONFIGMIRROR_E2E_OPERATOR=in-cluster: make kind-test), that one."""
+    name = str(request.param)
+    if name == "deploy-rbac":
+        return Flavour(name, cluster, identity=request.getfixturevalue("deploy_sa_kubeconfig"))
+    return Flavour(name, cluster, deployed=name == "in-cluster")
+
 
 @pytest.fixture(scope="session")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

@@ -8,7 +8,6 @@ There is no kubelet here: an installed Deployment's pods never run, but every ob
 from __future__ import annotations
 
 import contextlib
-import difflib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,16 +17,24 @@ import yaml
 from kubernetes import client, config
 
 from configmirror import __version__
+from configmirror_testing.chart import (
+    CHART,
+    by_key,
+    container,
+    documents,
+    one,
+    template,
+    values_file,
+    with_image_placeholder,
+    without_helm_labels,
+    yaml_diff,
+)
 from configmirror_testing.helm import Helm, release_objects
 from configmirror_testing.helm import cluster_scoped_objects as all_cluster_scoped
 from configmirror_testing.wait import WaitTimeout, wait_for
 from tests.conftest import REPO, Cluster, Namespaces, unique_name
 
 pytestmark = pytest.mark.controlplane
-CHART = REPO / "charts" / "configmirror"
-# Labels Helm charts carry and kustomize's deploy/ does not; the rest must be equal.
-HELM_OWN_LABELS = ("helm.sh/chart", "app.kubernetes.io/instance",
-                   "app.kubernetes.io/managed-by", "app.kubernetes.io/version")
 SECRET_NAMES = ["wildcard-tls", "registry-credentials"]
 
 # Values that exercise every template branch the apiserver can check (a ServiceMonitor needs
@@ -58,77 +65,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 SERVICE_MONITOR = {"metrics": {"serviceMonitor": {"enabled": True, "interval": "30s",
                                                   "labels": {"release": "prometheus"}}}}
-
-
-# -- helpers ----------------------------------------------------------------------------------
-
-def values_file(values: dict[str, Any], folder: Path) -> list[str]:
-    """`-f file` arguments carrying `values` (none for no values)."""
-    if not values:
-        return []
-    path = folder / f"values-{unique_name('v')}.yaml"
-    path.write_text(yaml.safe_dump(values))
-    return ["-f", str(path)]
-
-
-def template(helm: Helm, folder: Path, values: dict[str, Any] | None = None,
-             release: str = "configmirror", namespace: str = "configmirror") -> str:
-    """`helm template` of the chart: the manifest, as helm writes it."""
-    return helm("template", release, str(CHART), "--namespace", namespace,
-                *values_file(values or {}, folder)).stdout
-
-
-def documents(manifest: str) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(manifest) if doc]
-
-
-Key = tuple[str, str | None, str]
-
-
-def by_key(objects: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
-    """Objects by (kind, namespace, name); a duplicate key is a bug in the manifest."""
-    keyed: dict[Key, dict[str, Any]] = {}
-    for obj in objects:
-        meta = obj["metadata"]
-        key = (obj["kind"], meta.get("namespace"), meta["name"])
-        assert key not in keyed, f"{key} appears twice"
-        keyed[key] = obj
-    return keyed
-
-
-def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind]
-    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
-    return found[0]
-
-
-def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    containers = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
-    return dict(containers[0])
-
-
-def without_helm_labels(value: Any) -> Any:
-    """`value` with Helm's own label keys removed from every mapping, however deep."""
-    if isinstance(value, dict):
-        return {k: without_helm_labels(v) for k, v in value.items() if k not in HELM_OWN_LABELS}
-    if isinstance(value, list):
-        return [without_helm_labels(v) for v in value]
-    return value
-
-
-def with_image_placeholder(obj: dict[str, Any]) -> dict[str, Any]:
-    """The image comes from values (chart) or kustomize's images: (deploy/); compared apart."""
-    if obj["kind"] == "Deployment":
-        for c in obj["spec"]["template"]["spec"]["containers"]:
-            c["image"] = "<image>"
-    return obj
-
-
-def yaml_diff(expected: Any, actual: Any) -> str:
-    return "\n".join(difflib.unified_diff(
-        yaml.safe_dump(expected).splitlines(), yaml.safe_dump(actual).splitlines(),
-        "kubectl kustomize deploy/", "helm template", lineterm=""))
 
 
 # -- lint and schema -----------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """deploy/ against a real apiserver: valid manifests, RBAC that is enough and no wider, and
-two operators with leader election."""
+two operators with leader election. The replication suite runs with only deploy/'s
+ServiceAccount token too (test_replication.py, flavour deploy-rbac)."""
 
 from __future__ import annotations
 
@@ -10,25 +11,20 @@ import pytest
 from configmirror.spec import REPLICATE_TO
 from configmirror_testing.wait import wait_for
 from tests.conftest import REPO, Cluster, Namespaces
-from tests.e2e.conftest import Operators, configmap, read, run_test_module
+from tests.e2e.conftest import Operators, configmap, read
 
 pytestmark = pytest.mark.controlplane
 SA = "system:serviceaccount:configmirror:configmirror"
 
 
 @pytest.fixture(scope="module")
-def deployed(cluster: Cluster) -> Cluster:
-    """deploy/ applied for real (no kubelet here, so its pods never run; its RBAC is real)."""
-    plane = cluster.require_plane()
-    plane.kubectl("apply", "-k", str(REPO / "deploy"))
-    return cluster
+def deployed(deploy_applied: Cluster) -> Cluster:
+    return deploy_applied
 
 
 @pytest.fixture(scope="module")
-def sa_kubeconfig(deployed: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A kubeconfig holding only a TokenRequest token of deploy/'s ServiceAccount."""
-    return deployed.token_kubeconfig("configmirror", "configmirror",
-                                     tmp_path_factory.mktemp("sa") / "kubeconfig")
+def sa_kubeconfig(deploy_sa_kubeconfig: Path) -> Path:
+    return deploy_sa_kubeconfig
 
 
 def test_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
@@ -72,14 +68,6 @@ def test_service_account_may_do_exactly_what_configmirror_does(
     done = deployed.require_plane().kubectl("auth", "can-i", verb, resource, *scope,
                                             kubeconfig=sa_kubeconfig, check=False)
     assert done.stdout.strip() == ("yes" if allowed else "no"), done.stdout + done.stderr
-
-
-def test_replication_suite_passes_with_only_the_service_account_token(
-        deployed: Cluster, sa_kubeconfig: Path) -> None:
-    """The whole replication end-to-end module, with the operator using deploy/'s RBAC."""
-    run_test_module(REPO / "tests" / "e2e" / "test_replication.py", {
-        "CONFIGMIRROR_E2E_KUBECONFIG": str(deployed.kubeconfig),
-        "CONFIGMIRROR_E2E_OPERATOR_KUBECONFIG": str(sa_kubeconfig)}, timeout=900)
 
 
 def test_two_operators_one_writes_and_the_other_takes_over(

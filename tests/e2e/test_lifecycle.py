@@ -19,20 +19,12 @@ import pytest
 
 from configmirror.model import RELEASED_FROM, REPLICA_LABEL
 from configmirror.spec import ON_DELETE, REPLICATE_TO, REPLICATE_TO_MATCHING, SYNC
+from configmirror_testing.e2e import operator_writes
 from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster, Namespaces
 from tests.e2e.conftest import Operator, Operators, configmap, read, wait_replica
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.operator_process]
-
-
-def operator_writes(cluster: Cluster, namespaces: list[str]) -> list[dict[str, Any]]:
-    """The ConfigMap writes the operator made into `namespaces`, as the server audited them."""
-    return [e for e in cluster.audit()
-            if e.get("userAgent", "").startswith("configmirror/")
-            and e.get("verb") in ("create", "update", "patch", "delete")
-            and (e.get("objectRef") or {}).get("resource") == "configmaps"
-            and (e.get("objectRef") or {}).get("namespace") in namespaces]
 
 
 def stamped(event: dict[str, Any]) -> float:

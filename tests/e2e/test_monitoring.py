@@ -23,14 +23,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from configmirror.spec import REPLICATE_TO
-from configmirror_testing.helm import Helm
-from configmirror_testing.operator import OperatorProcess
-from configmirror_testing.promtool import Promtool, Selector
-from configmirror_testing.tools import require_tool
-from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, Namespaces, unique_name
-from tests.e2e.conftest import Operators, configmap, read
-from tests.e2e.test_chart import (
+from configmirror_testing.chart import (
     CHART,
     documents,
     one,
@@ -39,6 +32,13 @@ from tests.e2e.test_chart import (
     without_helm_labels,
     yaml_diff,
 )
+from configmirror_testing.helm import Helm
+from configmirror_testing.operator import OperatorProcess
+from configmirror_testing.promtool import Promtool, Selector
+from configmirror_testing.tools import require_tool
+from configmirror_testing.wait import wait_for
+from tests.conftest import REPO, Cluster, Namespaces, unique_name
+from tests.e2e.conftest import Operators, configmap, read
 
 pytestmark = pytest.mark.controlplane
 

@@ -3,6 +3,10 @@
 One test per behaviour rule, plus the cases users hit. Tests wait for conditions with a
 deadline; "nothing happens" is checked after a positive signal that the operator has looked
 (an Event, or a replica in another namespace written by the same reconcile).
+
+Every test runs once per operator flavour (the `flavour` fixture): a local process as the
+cluster's admin, and one with only deploy/'s ServiceAccount token, which proves deploy/'s RBAC
+is enough for all of it; `make kind-test` runs them against the operator deploy/ installs.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from tests.e2e.conftest import (
     wait_replica,
 )
 
-pytestmark = pytest.mark.controlplane
+# Once per operator flavour (tests/e2e/conftest.py): each test is reported as test_x[flavour].
+pytestmark = [pytest.mark.controlplane, pytest.mark.usefixtures("flavour")]
 
 
 def wait_gone(cluster: Cluster, namespace: str, name: str = "cfg",
