@@ -1,6 +1,7 @@
-"""End-to-end fixtures: operators started (and stopped) for one test, and what several modules
-share: the image built from this tree, helm, the kind cluster of the node tier, cosign, a
-registry and a release. The helpers they hand out are configmirror_testing.e2e's.
+"""The fixtures every tier but unit shares: operators started (and stopped) for one test, the
+operator flavours a suite runs against, deploy/ applied, the image built from this tree, helm,
+the kind cluster of the node tier, cosign, a registry and a release. The helpers they hand out
+are configmirror_testing.e2e's.
 
 The operator process itself is `configmirror_testing.operator.OperatorProcess`, the one
 launcher the tests, the benchmarks and `make demo` share. Operators run with default flags
