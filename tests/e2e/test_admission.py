@@ -20,10 +20,10 @@ from kubernetes import client
 
 from configmirror.model import REPLICA_LABEL
 from configmirror.spec import REPLICATE_TO_MATCHING
+from configmirror_testing.cluster import Cluster, Namespaces, unique_name
+from configmirror_testing.e2e import Operator, Operators, configmap, events, read
 from configmirror_testing.localserver import LocalServer
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces, unique_name
-from tests.e2e.conftest import Operator, Operators, configmap, events, read
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.operator_process]
 

@@ -15,8 +15,8 @@ from configmirror.kube import Kube, load_configuration
 from configmirror.model import CONFIGMAP, DEFAULT_RULES, SECRET, CachedObject, Kind
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import Scope
+from configmirror_testing.cluster import Cluster
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster
 
 pytestmark = pytest.mark.controlplane
 

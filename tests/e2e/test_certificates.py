@@ -15,10 +15,16 @@ import pytest
 from kubernetes import client
 
 from configmirror.spec import COPY_KEYS, REPLICA_TYPE, REPLICATE_TO
-from configmirror_testing.e2e import operator_writes
+from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.e2e import (
+    Operators,
+    configmap,
+    events,
+    operator_writes,
+    read,
+    wait_replica,
+)
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces
-from tests.e2e.conftest import Operators, configmap, events, read, wait_replica
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.operator_process]
 NAME = "wildcard-tls"

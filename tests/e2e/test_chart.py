@@ -29,10 +29,10 @@ from configmirror_testing.chart import (
     without_helm_labels,
     yaml_diff,
 )
+from configmirror_testing.cluster import REPO, Cluster, Namespaces, unique_name
 from configmirror_testing.helm import Helm, release_objects
 from configmirror_testing.helm import cluster_scoped_objects as all_cluster_scoped
 from configmirror_testing.wait import WaitTimeout, wait_for
-from tests.conftest import REPO, Cluster, Namespaces, unique_name
 
 pytestmark = pytest.mark.controlplane
 SECRET_NAMES = ["wildcard-tls", "registry-credentials"]

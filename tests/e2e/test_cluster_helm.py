@@ -17,11 +17,11 @@ import pytest
 from kubernetes import client
 
 from configmirror.spec import REPLICATE_TO
+from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.deployed import DeployedOperator
+from configmirror_testing.e2e import configmap, run_test_module, wait_replica
 from configmirror_testing.helm import Helm, cluster_scoped_objects, release_objects
 from configmirror_testing.wait import WaitTimeout, wait_for
-from tests.conftest import REPO, Cluster, Namespaces
-from tests.e2e.conftest import configmap, run_test_module, wait_replica
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(1800)]
 CHART = REPO / "charts" / "configmirror"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config, watch
 
+from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.controlplane import ControlPlane
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces
 
 pytestmark = pytest.mark.controlplane
 

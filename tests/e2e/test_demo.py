@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Cluster
+from configmirror_testing.cluster import REPO, Cluster
 
 pytestmark = pytest.mark.controlplane
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from configmirror.spec import REPLICATE_TO
+from configmirror_testing.cluster import REPO, Cluster, Namespaces
+from configmirror_testing.e2e import Operators, configmap, read
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, Namespaces
-from tests.e2e.conftest import Operators, configmap, read
 
 pytestmark = pytest.mark.controlplane
 SA = "system:serviceaccount:configmirror:configmirror"

@@ -21,8 +21,8 @@ from configmirror.model import CONFIGMAP, DEFAULT_RULES, target_key
 from configmirror.replicator import Expectations, Replicator
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import REPLICATE_TO, Scope
-from tests.conftest import Cluster, Namespaces
-from tests.e2e.conftest import configmap, read
+from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.e2e import configmap, read
 
 pytestmark = pytest.mark.controlplane
 

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
-from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces
-from tests.e2e.conftest import (
+from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.e2e import (
     Operators,
     configmap,
     read,
     requests_into,
     restricted_operator_identity,
 )
+from configmirror_testing.wait import wait_for
 
 pytestmark = pytest.mark.controlplane
 

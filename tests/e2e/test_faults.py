@@ -18,10 +18,8 @@ from kubernetes import client
 
 from configmirror.model import CONFIGMAP
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
-from configmirror_testing.objects import cached
-from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces
-from tests.e2e.conftest import (
+from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.e2e import (
     Operator,
     Operators,
     configmap,
@@ -30,6 +28,8 @@ from tests.e2e.conftest import (
     requests_into,
     restricted_operator_identity,
 )
+from configmirror_testing.objects import cached
+from configmirror_testing.wait import wait_for
 
 pytestmark = pytest.mark.controlplane
 

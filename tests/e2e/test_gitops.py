@@ -6,9 +6,8 @@ import pytest
 
 from configmirror.model import REPLICA_LABEL, REPLICA_OF
 from configmirror.spec import COPY_ANNOTATIONS, COPY_LABELS, REPLICATE_TO
-from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces
-from tests.e2e.conftest import (
+from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.e2e import (
     Operator,
     Operators,
     configmap,
@@ -16,6 +15,7 @@ from tests.e2e.conftest import (
     read,
     restart_writes_nothing,
 )
+from configmirror_testing.wait import wait_for
 
 pytestmark = pytest.mark.controlplane
 

@@ -13,8 +13,8 @@ from configmirror.metrics import Metrics
 from configmirror.model import CONFIGMAP, DEFAULT_RULES, object_transform
 from configmirror.model import CachedObject as ConfigMap
 from configmirror.store import Store
+from configmirror_testing.cluster import Cluster
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster
 
 pytestmark = pytest.mark.controlplane
 
@@ -123,7 +123,7 @@ def test_resumes_after_the_stream_ends_without_relisting(
 
 
 def test_relist_after_410_reports_deletions_made_in_the_gap(uncached_cluster: Cluster) -> None:
-    from tests.conftest import Namespaces
+    from configmirror_testing.cluster import Namespaces
 
     plane = uncached_cluster.require_plane()
     namespaces = Namespaces(uncached_cluster, "gap")

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from configmirror_testing.cluster import REPO, Cluster, missing
 from configmirror_testing.controlplane import free_port, spawn, stop_process
+from configmirror_testing.e2e import events
 from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, missing
-from tests.e2e.conftest import events
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 

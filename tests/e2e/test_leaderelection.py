@@ -12,8 +12,8 @@ from kubernetes import client
 
 from configmirror.kube import Kube, load_configuration
 from configmirror.leaderelection import LeaderElector
+from configmirror_testing.cluster import Cluster
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster
 
 pytestmark = pytest.mark.controlplane
 

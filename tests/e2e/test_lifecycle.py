@@ -19,10 +19,16 @@ import pytest
 
 from configmirror.model import RELEASED_FROM, REPLICA_LABEL
 from configmirror.spec import ON_DELETE, REPLICATE_TO, REPLICATE_TO_MATCHING, SYNC
-from configmirror_testing.e2e import operator_writes
+from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.e2e import (
+    Operator,
+    Operators,
+    configmap,
+    operator_writes,
+    read,
+    wait_replica,
+)
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces
-from tests.e2e.conftest import Operator, Operators, configmap, read, wait_replica
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.operator_process]
 

@@ -32,13 +32,13 @@ from configmirror_testing.chart import (
     without_helm_labels,
     yaml_diff,
 )
+from configmirror_testing.cluster import REPO, Cluster, Namespaces, unique_name
+from configmirror_testing.e2e import Operators, configmap, read
 from configmirror_testing.helm import Helm
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.promtool import Promtool, Selector
 from configmirror_testing.tools import require_tool
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, Namespaces, unique_name
-from tests.e2e.conftest import Operators, configmap, read
 
 pytestmark = pytest.mark.controlplane
 

@@ -18,12 +18,12 @@ import pytest
 from kubernetes import client
 
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror_testing.cluster import Cluster, Namespaces, start_plane, unique_name
+from configmirror_testing.e2e import Operators, configmap, events
 from configmirror_testing.faultproxy import FaultProxy
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.overload import SMALL_SERVER_FLAGS, Throttle
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces, start_plane, unique_name
-from tests.e2e.conftest import Operators, configmap, events
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.operator_process]
 

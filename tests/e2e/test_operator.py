@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
-from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces, unique_name
-from tests.e2e.conftest import (
+from configmirror_testing.cluster import Cluster, Namespaces, unique_name
+from configmirror_testing.e2e import (
     Operators,
     configmap,
     events,
@@ -21,6 +20,7 @@ from tests.e2e.conftest import (
     requests_into,
     restricted_operator_identity,
 )
+from configmirror_testing.wait import wait_for
 
 pytestmark = pytest.mark.controlplane
 

@@ -24,6 +24,8 @@ import pytest
 import yaml
 
 from configmirror.spec import REPLICATE_TO
+from configmirror_testing.cluster import REPO, Cluster, Namespaces, require_docker, start_plane
+from configmirror_testing.e2e import read
 from configmirror_testing.objects import configmap, service_account_token
 from configmirror_testing.pod import (
     Network,
@@ -34,8 +36,6 @@ from configmirror_testing.pod import (
     memory_bytes,
 )
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, Namespaces, require_docker, start_plane
-from tests.e2e.conftest import read
 
 # The first test's setup may build the image from nothing (a base from Debian's packages,
 # then the wheels): minutes, which the default per-test timeout does not cover.

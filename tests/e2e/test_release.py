@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from configmirror import __version__
+from configmirror_testing.cluster import REPO, require_docker
 from configmirror_testing.controlplane import find_assets
 from configmirror_testing.helm import Helm
 from configmirror_testing.pod import docker
@@ -32,7 +33,6 @@ from configmirror_testing.release import (
     make_release,
     publish,
 )
-from tests.conftest import REPO, require_docker
 
 # The first test's setup may run a cold `make release`: cosign and syft built from Go modules,
 # the arm64 base's packages configured under emulation.

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from configmirror_testing.cluster import REPO, Cluster
 from configmirror_testing.deployed import DeployedOperator
+from configmirror_testing.e2e import cluster_pulling_from, run_test_module
 from configmirror_testing.helm import Helm
 from configmirror_testing.release import Release
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster
-from tests.e2e.conftest import cluster_pulling_from, run_test_module
 
 pytestmark = [pytest.mark.node, pytest.mark.release, pytest.mark.timeout(3600)]
 NAMESPACE = RELEASE = "configmirror"

@@ -18,9 +18,8 @@ from kubernetes import client
 
 from configmirror.model import CONTENT_HASH, REPLICA_LABEL, REPLICA_OF
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
-from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces
-from tests.e2e.conftest import (
+from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.e2e import (
     REMOVAL_TIMEOUT,
     Operator,
     Operators,
@@ -29,6 +28,7 @@ from tests.e2e.conftest import (
     read,
     wait_replica,
 )
+from configmirror_testing.wait import wait_for
 
 # Once per operator flavour (tests/e2e/conftest.py): each test is reported as test_x[flavour].
 pytestmark = [pytest.mark.controlplane, pytest.mark.usefixtures("flavour")]

@@ -23,9 +23,9 @@ import yaml
 from kubernetes import client, config
 
 from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror_testing.cluster import REPO, Cluster, Namespaces
+from configmirror_testing.e2e import Operators, events, restart_writes_nothing
 from configmirror_testing.wait import wait_for
-from tests.conftest import REPO, Cluster, Namespaces
-from tests.e2e.conftest import Operators, events, restart_writes_nothing
 
 pytestmark = pytest.mark.controlplane
 COMPONENT = REPO / "deploy" / "components" / "secrets"

@@ -7,9 +7,9 @@ import pytest
 
 from configmirror.model import REPLICA_LABEL
 from configmirror.spec import REPLICATE_TO
+from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.e2e import Operator, Operators, configmap, events, read
 from configmirror_testing.wait import wait_for
-from tests.conftest import Cluster, Namespaces
-from tests.e2e.conftest import Operator, Operators, configmap, events, read
 
 pytestmark = pytest.mark.controlplane
 ALLOWED = {"configmirror.io/source": "true"}

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from configmirror_testing.cluster import REPO
 from configmirror_testing.tools import require_tool
-from tests.conftest import REPO
 
 WORKFLOWS = REPO / ".github" / "workflows"
 

@@ -9,7 +9,7 @@ import re
 import yaml
 
 from configmirror import __version__
-from tests.conftest import REPO
+from configmirror_testing.cluster import REPO
 
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 FINAL_STAGE = DOCKERFILE.split("\nFROM ")[-1]
