@@ -39,6 +39,10 @@ from configmirror_testing.cluster import (
     unique_name,
 )
 
+# The fixtures every tier but unit shares (operators, flavours, the image, helm, kind, a
+# registry, the release): tests/fixtures.py.
+pytest_plugins = ["tests.fixtures"]
+
 # Property tests assert properties, not speed: no per-example deadline, which a loaded CI
 # machine (or the first call that compiles a regex) exceeds without anything being wrong.
 settings.register_profile("configmirror", deadline=None)

@@ -1,6 +1,6 @@
 """`make release` into a real registry, read back as a user would consume it.
 
-The session's release (tests/e2e/conftest.py) is `make release` into Debian's docker-registry
+The session's release (tests/fixtures.py) is `make release` into Debian's docker-registry
 on 127.0.0.1 (plain HTTP), signed with a key pair made for the session. What is read back: the
 OCI image index and its two platforms, the images themselves (run under Docker, the arm64 one
 under qemu), cosign's signatures and attestations, the chart with `helm pull oci://`,

@@ -2,7 +2,7 @@
 the registry (`make cluster-test`): nothing is side-loaded.
 
 `make release` publishes into a registry on 127.0.0.1 (the session's `release`); the node
-(tests/e2e/conftest.py `cluster_pulling_from`, the one thing asked of the node tier) holds no
+(tests/fixtures.py `cluster_pulling_from`, the one thing asked of the node tier) holds no
 image of ours until its containerd pulls the index's linux/amd64 image for the first pod.
 Then, one after the other on the same cluster: `helm install configmirror oci://...` and
 `kubectl apply -f dist/install.yaml`, each rolled out (2 Ready pods, one leader), each passing

@@ -30,7 +30,7 @@ from configmirror_testing.e2e import (
 )
 from configmirror_testing.wait import wait_for
 
-# Once per operator flavour (tests/e2e/conftest.py): each test is reported as test_x[flavour].
+# Once per operator flavour (tests/fixtures.py): each test is reported as test_x[flavour].
 pytestmark = [pytest.mark.controlplane, pytest.mark.usefixtures("flavour")]
 
 
