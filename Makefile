@@ -201,7 +201,7 @@ kind-test: $(STAMP) ## kind cluster (KIND_NODE_IMAGE=..., default kind's) + imag
 	"$$kubectl" --kubeconfig $$kubeconfig -n configmirror rollout status deployment/configmirror --timeout=180s; \
 	echo "kind-test: running the end-to-end tests against the in-cluster operator"; \
 	CONFIGMIRROR_E2E_KUBECONFIG=$$kubeconfig CONFIGMIRROR_E2E_OPERATOR=in-cluster \
-	  $(PY) -m pytest tests/e2e/test_replication.py $(PYTEST_ARGS)
+	  $(PY) -m pytest tests/integration/test_replication.py $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## remove the venv and caches in the repo (the control-plane cache is kept)

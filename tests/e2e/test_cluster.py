@@ -84,7 +84,7 @@ def test_replication_suite_passes_against_the_deployed_operator(
     deployed.wait_rollout()
     # Not the tests that wait out deploy/'s 60 s grace (a minute each): make kind-test runs
     # the whole suite against these same manifests on this node image.
-    summary = run_test_module(REPO / "tests" / "e2e" / "test_replication.py", {
+    summary = run_test_module(REPO / "tests" / "integration" / "test_replication.py", {
         "CONFIGMIRROR_E2E_KUBECONFIG": str(cluster.kubeconfig),
         "CONFIGMIRROR_E2E_OPERATOR": "in-cluster"}, "-m", "not grace")
     print(f"test_replication.py against the deployed operator: {summary}")

@@ -97,7 +97,7 @@ def test_replication_suite_passes_against_the_helm_release(
     release.operator.wait_rollout()
     assert all("--delete-grace=2s" in p["spec"]["containers"][0]["args"]
                for p in release.operator.pods())
-    summary = run_test_module(REPO / "tests" / "e2e" / "test_replication.py", {
+    summary = run_test_module(REPO / "tests" / "integration" / "test_replication.py", {
         "CONFIGMIRROR_E2E_KUBECONFIG": str(cluster.kubeconfig),
         "CONFIGMIRROR_E2E_OPERATOR": "in-cluster"})
     print(f"test_replication.py against the Helm release: {summary}")

@@ -67,7 +67,7 @@ def run_replication_suite(cluster: Cluster, what: str) -> None:
     """The replication suite against the release as installed, with the 60 s grace it ships:
     not the tests that wait that grace out (a minute each; make kind-test runs them against
     deploy/, test_cluster_helm.py against the chart with a short grace)."""
-    summary = run_test_module(REPO / "tests" / "e2e" / "test_replication.py", {
+    summary = run_test_module(REPO / "tests" / "integration" / "test_replication.py", {
         "CONFIGMIRROR_E2E_KUBECONFIG": str(cluster.kubeconfig),
         "CONFIGMIRROR_E2E_OPERATOR": "in-cluster"}, "-m", "not grace")
     print(f"test_replication.py against {what}: {summary}")

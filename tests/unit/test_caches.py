@@ -1,5 +1,5 @@
 """Which kinds the operator caches, as its flags say (the informers' wiring is tested against
-the real API server: tests/e2e/test_caches.py)."""
+the real API server: tests/integration/test_caches.py)."""
 
 from __future__ import annotations
 
