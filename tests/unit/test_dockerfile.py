@@ -1,5 +1,5 @@
 """The image's promises, checked by reading the Dockerfile (hadolint runs in `make lint`; the
-built image runs for real in tests/e2e/test_pod.py)."""
+built image runs for real in tests/image/test_pod.py)."""
 
 from __future__ import annotations
 
