@@ -99,7 +99,7 @@ cluster-test: $(STAMP) ## only the node tier, on kind: deploy/ and the chart on 
 	echo "cluster-test: kind clusters of $$node_image, deploy/, the chart, and the e2e tests against them"; \
 	CONFIGMIRROR_BUILD=1 CONFIGMIRROR_KIND_DIR=$$kind \
 	KIND_NODE_IMAGE=$$node_image CONFIGMIRROR_E2E_IMAGE=$(IMAGE) \
-	  $(PY) -m pytest -m node tests/e2e $(PYTEST_ARGS)
+	  $(PY) -m pytest -m node tests/integration $(PYTEST_ARGS)
 
 .PHONY: unit
 unit: $(STAMP) ## run only the unit tests (no control plane)
