@@ -88,6 +88,24 @@ promtool: ## build (once) or find promtool for the alert tests; prints its folde
 test: $(STAMP) ## the suite: unit, a real local control plane, the chart, the alerts, the image (not the node: cluster-test)
 	CONFIGMIRROR_BUILD=1 $(PY) -m pytest -m "not node" $(PYTEST_ARGS)
 
+.PHONY: test-unit test-integration test-image test-release test-node
+# The tiers as folders, each runnable alone (README, Development). test-unit needs no Go, Docker
+# or network; the others find (or build, CONFIGMIRROR_BUILD=1) what they need, and skip without
+# it here (in CI they fail).
+test-unit: $(STAMP) ## tests/unit: pure logic, in seconds, no Go, Docker or network
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: $(STAMP) ## tests/integration: the real kube-apiserver + etcd, helm, promtool
+	CONFIGMIRROR_BUILD=1 $(PY) -m pytest -m "not node" tests/integration $(PYTEST_ARGS)
+
+test-image: $(STAMP) ## tests/image: the image, built and run (Docker)
+	CONFIGMIRROR_BUILD=1 $(PY) -m pytest -m "not node" tests/image $(PYTEST_ARGS)
+
+test-release: $(STAMP) ## tests/release: make release into a registry here (root, buildah, qemu)
+	CONFIGMIRROR_BUILD=1 $(PY) -m pytest -m "not node" tests/release $(PYTEST_ARGS)
+
+test-node: cluster-test ## tests/node: kind clusters (the same as make cluster-test)
+
 .PHONY: cluster-test
 # The node tier (tests marked `node`): a kind cluster of the node image (KIND_NODE_IMAGE, else
 # ours from `make kind-node-image`) per session, deploy/ and the chart on it.
@@ -99,7 +117,7 @@ cluster-test: $(STAMP) ## only the node tier, on kind: deploy/ and the chart on 
 	echo "cluster-test: kind clusters of $$node_image, deploy/, the chart, and the e2e tests against them"; \
 	CONFIGMIRROR_BUILD=1 CONFIGMIRROR_KIND_DIR=$$kind \
 	KIND_NODE_IMAGE=$$node_image CONFIGMIRROR_E2E_IMAGE=$(IMAGE) \
-	  $(PY) -m pytest -m node tests/integration $(PYTEST_ARGS)
+	  $(PY) -m pytest -m node tests $(PYTEST_ARGS)
 
 .PHONY: unit
 unit: $(STAMP) ## run only the unit tests (no control plane)
