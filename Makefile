@@ -18,7 +18,9 @@ KUBECTL      ?= kubectl
 # kind-node-image` builds one here) and cluster-test uses (ours when empty).
 KIND         ?=
 KIND_NODE_IMAGE ?=
-KIND_BINARY  := k='$(KIND)'; [ -n "$$k" ] || k=$$(command -v kind) || k=$$(hack/kind/build.sh | tail -n 1)/kind; echo "$$k"
+KIND_BINARY  := k='$(KIND)'; [ -n "$$k" ] || k=$$(command -v kind) || k=$$(hack/tools/build.sh kind | tail -n 1); echo "$$k"
+# A pinned tool's folder, for the targets that print one (make helm, make kind).
+TOOL_FOLDER  = set -o pipefail; tool=$$(hack/tools/build.sh $(1) | tail -n 1) && dirname "$$tool"
 
 .PHONY: help
 help: ## list the targets
@@ -47,7 +49,7 @@ node: ## build (once) or find the kind node image's binaries too (kubelet, kubea
 
 .PHONY: kind
 kind: ## build (once) or find kind (sigs.k8s.io/kind) for kind-test and cluster-test; prints its folder last
-	@hack/kind/build.sh
+	@$(call TOOL_FOLDER,kind)
 
 .PHONY: kind-node-image
 kind-node-image: ## build (once) or find a kind node image of our own Kubernetes build; prints its name last
@@ -55,7 +57,7 @@ kind-node-image: ## build (once) or find a kind node image of our own Kubernetes
 
 .PHONY: helm
 helm: ## build (once) or find helm for the chart tests; prints its folder last
-	@hack/helm/build.sh
+	@$(call TOOL_FOLDER,helm)
 
 .PHONY: cosign
 cosign: ## build (once) or find cosign (signs the release); prints its path last
@@ -80,51 +82,42 @@ promtool: ## build (once) or find promtool for the alert tests; prints its folde
 .PHONY: test
 # The real-node tier (`-m node`) is `make cluster-test`, a separate step of .ci/run: with it,
 # a fresh machine's `make test` would take 40-50 minutes (the node's Go build alone is 12-25).
+# Each tool a test needs (the control plane, helm, promtool, Docker) is found, or built once
+# (CONFIGMIRROR_BUILD=1), by configmirror_testing.tools: without it the test skips here and
+# fails in CI.
 test: $(STAMP) ## the suite: unit, a real local control plane, the chart, the alerts, the image (not the node: cluster-test)
-	@set -o pipefail; \
-	if assets=$$(hack/controlplane/build.sh | tail -n 1); then \
-	  export CONFIGMIRROR_CONTROLPLANE_ASSETS=$$assets; \
-	elif [ "$${CI:-}" = true ]; then \
-	  echo "make test: the control plane could not be built, and CI needs it" >&2; exit 1; \
-	else \
-	  echo "make test: no control plane (needs Go; or set KUBEBUILDER_ASSETS); integration tests will skip" >&2; \
-	fi; \
-	if helm=$$(hack/helm/build.sh | tail -n 1); then \
-	  export CONFIGMIRROR_HELM_DIR=$$helm; \
-	elif [ "$${CI:-}" = true ]; then \
-	  echo "make test: helm could not be built, and CI needs it" >&2; exit 1; \
-	else \
-	  echo "make test: no helm (needs Go); the chart tests will skip" >&2; \
-	fi; \
-	if promtool=$$(hack/promtool/build.sh | tail -n 1); then \
-	  export CONFIGMIRROR_PROMTOOL_DIR=$$promtool; \
-	elif [ "$${CI:-}" = true ]; then \
-	  echo "make test: promtool could not be built, and CI needs it" >&2; exit 1; \
-	else \
-	  echo "make test: no promtool (needs Go); the alert and dashboard tests will skip" >&2; \
-	fi; \
-	if ! docker info >/dev/null 2>&1; then \
-	  if [ "$${CI:-}" = true ]; then \
-	    echo "make test: no Docker daemon answers, and CI needs it (the image's tests)" >&2; exit 1; \
-	  fi; \
-	  echo "make test: no Docker daemon (install docker.io, run dockerd); the image's tests will skip" >&2; \
-	fi; \
-	$(PY) -m pytest -m "not node" $(PYTEST_ARGS)
+	CONFIGMIRROR_BUILD=1 $(PY) -m pytest -m "not node" $(PYTEST_ARGS)
+
+.PHONY: test-unit test-integration test-image test-release test-node
+# The tiers as folders, each runnable alone (README, Development). test-unit needs no Go, Docker
+# or network; the others find (or build, CONFIGMIRROR_BUILD=1) what they need, and skip without
+# it here (in CI they fail).
+test-unit: $(STAMP) ## tests/unit: pure logic, in seconds, no Go, Docker or network
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: $(STAMP) ## tests/integration: the real kube-apiserver + etcd, helm, promtool
+	CONFIGMIRROR_BUILD=1 $(PY) -m pytest -m "not node" tests/integration $(PYTEST_ARGS)
+
+test-image: $(STAMP) ## tests/image: the image, built and run (Docker)
+	CONFIGMIRROR_BUILD=1 $(PY) -m pytest -m "not node" tests/image $(PYTEST_ARGS)
+
+test-release: $(STAMP) ## tests/release: make release into a registry here (root, buildah, qemu)
+	CONFIGMIRROR_BUILD=1 $(PY) -m pytest -m "not node" tests/release $(PYTEST_ARGS)
+
+test-node: cluster-test ## tests/node: kind clusters (the same as make cluster-test)
 
 .PHONY: cluster-test
 # The node tier (tests marked `node`): a kind cluster of the node image (KIND_NODE_IMAGE, else
 # ours from `make kind-node-image`) per session, deploy/ and the chart on it.
 cluster-test: $(STAMP) ## only the node tier, on kind: deploy/ and the chart on a node, failover, eviction, namespaces
 	@set -euo pipefail; \
-	assets=$$(hack/controlplane/build.sh | tail -n 1); \
-	helm=$$(hack/helm/build.sh | tail -n 1); \
 	kind=$$(dirname "$$($(KIND_BINARY))"); \
 	node_image=$${KIND_NODE_IMAGE:-$$(hack/kind/node-image.sh | tail -n 1)}; \
 	echo "cluster-test: building image $(IMAGE)"; hack/image.sh $(IMAGE); \
 	echo "cluster-test: kind clusters of $$node_image, deploy/, the chart, and the e2e tests against them"; \
-	CONFIGMIRROR_CONTROLPLANE_ASSETS=$$assets CONFIGMIRROR_HELM_DIR=$$helm CONFIGMIRROR_KIND_DIR=$$kind \
+	CONFIGMIRROR_BUILD=1 CONFIGMIRROR_KIND_DIR=$$kind \
 	KIND_NODE_IMAGE=$$node_image CONFIGMIRROR_E2E_IMAGE=$(IMAGE) \
-	  $(PY) -m pytest -m node tests/e2e $(PYTEST_ARGS)
+	  $(PY) -m pytest -m node tests $(PYTEST_ARGS)
 
 .PHONY: unit
 unit: $(STAMP) ## run only the unit tests (no control plane)
@@ -235,7 +228,7 @@ kind-test: $(STAMP) ## kind cluster (KIND_NODE_IMAGE=..., default kind's) + imag
 	"$$kubectl" --kubeconfig $$kubeconfig -n configmirror rollout status deployment/configmirror --timeout=180s; \
 	echo "kind-test: running the end-to-end tests against the in-cluster operator"; \
 	CONFIGMIRROR_E2E_KUBECONFIG=$$kubeconfig CONFIGMIRROR_E2E_OPERATOR=in-cluster \
-	  $(PY) -m pytest tests/e2e/test_replication.py $(PYTEST_ARGS)
+	  $(PY) -m pytest tests/integration/test_replication.py $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## remove the venv and caches in the repo (the control-plane cache is kept)

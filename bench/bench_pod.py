@@ -4,7 +4,7 @@
                               [--configmaps 10000] [--namespaces 50]
 
 The pod is the one `kubectl kustomize deploy/` renders, run in Docker by
-configmirror_testing.pod as tests/e2e/test_pod.py runs it (read-only root, non-root, the
+configmirror_testing.pod as tests/image/test_pod.py runs it (read-only root, non-root, the
 256 MiB limit, in-cluster config), against a local control plane on a Docker network's gateway.
   start   seconds from `docker run` to the readiness probe's first ok, on an empty cluster
   memory  10,000 ConfigMaps of ~1 KiB (bench_memory.py's "plain" case): the pod's RSS once it

@@ -11,121 +11,52 @@ the pods and a kube-controller-manager deletes namespaces for real. The control 
 helper, the waiter and the object builders live in `configmirror_testing` (testing/), shared
 with the benchmarks and `make demo`.
 
-In CI (CI=true) a missing control plane fails the run. On a laptop without Go the tests that
-need one skip, with one line saying how to get it. Docker, which the image's tests need, and
-kind (Docker, kind, a node image) are treated the same way.
+Every tool (the control plane, helm, promtool, kind, ...) is found, or built, by one rule
+(configmirror_testing.tools): in CI (CI=true) a missing one fails the tests that need it; on a
+laptop without Go they skip, with one line saying how to get it. Docker, which the image's
+tests need, and kind (Docker, kind, a node image) are treated the same way.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
 
 import pytest
 from hypothesis import settings
-from kubernetes import client, config
 
-from configmirror_testing.controlplane import ControlPlane, find_assets
-from configmirror_testing.kind import KindCluster, find_kind, find_node_image
-from configmirror_testing.objects import service_account_token, token_kubeconfig
-from configmirror_testing.pod import docker_missing
+from configmirror_testing import tools
+from configmirror_testing.cluster import (
+    REPO,
+    Cluster,
+    Namespaces,
+    missing,
+    require,
+    require_docker,
+    require_kind,
+    start_plane,
+    unique_name,
+)
+
+# The fixtures every tier but unit shares (operators, flavours, the image, helm, kind, a
+# registry, the release): tests/fixtures.py.
+pytest_plugins = ["tests.fixtures"]
 
 # Property tests assert properties, not speed: no per-example deadline, which a loaded CI
 # machine (or the first call that compiles a regex) exceeds without anything being wrong.
 settings.register_profile("configmirror", deadline=None)
 settings.load_profile("configmirror")
 
-REPO = Path(__file__).resolve().parents[1]
-NO_CONTROL_PLANE = ("no control plane: run `make controlplane` (needs Go 1.26+) or set "
-                    "KUBEBUILDER_ASSETS to a folder with kube-apiserver, etcd, etcdctl, kubectl")
+__all__ = ["REPO", "Cluster", "Namespaces", "missing", "require", "require_docker",
+           "require_kind", "start_plane", "unique_name"]
 
 
-class Cluster:
-    """What a test sees of Kubernetes: a kubeconfig, clients, and (locally) the control plane."""
-
-    def __init__(self, kubeconfig: Path, plane: ControlPlane | None,
-                 node: KindCluster | None = None) -> None:
-        self.kubeconfig = kubeconfig
-        self.plane = plane
-        self.node = node  # a kind cluster: its controller-manager really deletes namespaces
-        self.api_client = config.new_client_from_config(str(kubeconfig))
-        self.core = client.CoreV1Api(self.api_client)
-        self.rbac = client.RbacAuthorizationV1Api(self.api_client)
-
-    def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
-        """Create ServiceAccount `name` and write a kubeconfig holding only its token."""
-        return token_kubeconfig(self.kubeconfig,
-                                service_account_token(self.core, namespace, name), path)
-
-    def token_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
-        """A kubeconfig holding only a token of the existing ServiceAccount `name`."""
-        return token_kubeconfig(
-            self.kubeconfig, service_account_token(self.core, namespace, name, create=False),
-            path)
-
-    def audit(self, user: str | None = None) -> list[dict[str, Any]]:
-        """The apiserver's audit events (local control plane only)."""
-        return self.require_plane().audit_events(user)
-
-    def require_plane(self) -> ControlPlane:
-        """The local control plane; skips the test against an external cluster."""
-        if self.plane is None:
-            pytest.skip("needs the local control plane (restart/compact), not an external one")
-        return self.plane
-
-
-def missing(reason: str) -> NoReturn:
-    """Skip the test for `reason`; in CI, where everything a test needs is built or
-    installed, fail it."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
-
-
-def require(reason: str | None) -> None:
-    """`missing(reason)`, unless reason is None."""
-    if reason is not None:
-        missing(reason)
-
-
-def require_docker() -> None:
-    """Skip the test without a Docker daemon; in CI, fail it."""
-    reason = docker_missing()
-    require(None if reason is None else (
-        f"no Docker: {reason}. Install docker.io and start dockerd as root (.ci/run does both)"))
-
-
-@dataclass(frozen=True)
-class KindTools:
-    """What a kind cluster of the node tier is made with."""
-
-    kind: Path
-    node_image: str
-    kubectl: Path
-
-
-def require_kind() -> KindTools:
-    """kind, the node image (KIND_NODE_IMAGE, else ours) and kubectl; skips the test when one
-    is missing (in CI, builds what it can and fails the test for the rest)."""
-    ci = os.environ.get("CI") == "true"
-    require_docker()
-    kind = find_kind(REPO, build=ci)
-    image = find_node_image(REPO, build=ci) if kind else None
-    assets = find_assets(REPO, build=ci) if image else None
-    if kind is None:
-        reason = "no kind: run `make kind` (hack/kind/build.sh; needs Go)"
-    elif image is None:
-        reason = ("no kind node image: run `make kind-node-image`, or set KIND_NODE_IMAGE "
-                  "(e.g. kind's own kindest/node, where a registry is reachable)")
-    elif assets is None:
-        reason = NO_CONTROL_PLANE + " (the node tier uses its kubectl)"
-    else:
-        return KindTools(kind, image, assets / "kubectl")
-    missing(reason)
+def pytest_configure(config: pytest.Config) -> None:
+    """A tool built for the suite (configmirror_testing.tools) shows its build's output."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        tools.uncaptured = capture.global_and_fixture_disabled
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -136,16 +67,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if local:
         config.hook.pytest_deselected(items=local)
         items[:] = [item for item in items if item not in local]
-
-
-def start_plane(**options: Any) -> ControlPlane:
-    """A started local control plane (ControlPlane's options); the caller stops it."""
-    assets = find_assets(REPO, build=os.environ.get("CI") == "true")
-    if assets is None:
-        missing(NO_CONTROL_PLANE)
-    plane = ControlPlane(assets, **options)
-    plane.start()
-    return plane
 
 
 @pytest.fixture(scope="session")
@@ -172,47 +93,6 @@ def uncached_cluster() -> Iterator[Cluster]:
         yield Cluster(plane.kubeconfig, plane)
     finally:
         plane.stop()
-
-
-def unique_name(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(3)}"
-
-
-class Namespaces:
-    """Creates namespaces for one test and removes them afterwards (finalizing them on the
-    bare control plane, where no namespace controller runs)."""
-
-    def __init__(self, cluster: Cluster, prefix: str) -> None:
-        self.cluster = cluster
-        self.prefix = prefix
-        self.created: list[str] = []
-
-    def __call__(self, labels: dict[str, str] | None = None, name: str | None = None) -> str:
-        name = name or unique_name(self.prefix)
-        labels = dict(labels or {})
-        if os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster":
-            # The deployed operator honours sources only in namespaces labelled so (deploy/'s
-            # --source-namespace-selector); the tests' own operators have no selector.
-            labels.setdefault("configmirror.io/source", "true")
-        self.cluster.core.create_namespace(client.V1Namespace(
-            metadata=client.V1ObjectMeta(name=name, labels=labels)))
-        self.created.append(name)
-        return name
-
-    def delete(self, name: str, finalize: bool = True) -> None:
-        """Delete a namespace; with `finalize`, on the bare control plane, also do the
-        namespace controller's job."""
-        try:
-            self.cluster.core.delete_namespace(name)
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
-        if finalize and self.cluster.plane is not None and self.cluster.node is None:
-            self.cluster.plane.finalize_namespace(name)
-
-    def cleanup(self) -> None:
-        for name in self.created:
-            self.delete(name)
 
 
 @pytest.fixture

@@ -10,28 +10,18 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-log() { echo "gowriter: $*" >&2; }
+# shellcheck source=../../hack/lib/cache.sh
+source "$here/../../hack/lib/cache.sh"
+cache_init gowriter
 
 digest=$(cat "$here/go.mod" "$here/go.sum" "$here/main.go" | sha256sum | cut -c1-12)
-cache_root=${CONFIGMIRROR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/configmirror}
-out="$cache_root/gowriter/$digest"
-if [ -x "$out/gowriter" ]; then
-  log "cached in $out"
-  echo "$out/gowriter"
-  exit 0
-fi
+out=$(cache_dir gowriter "$digest")
+cache_or_lock "$out/gowriter" "$out" "bench/gowriter/build.sh" [ -x "$out/gowriter" ]
 
-if [ -n "${CONFIGMIRROR_FIND_ONLY:-}" ]; then log "not built yet: run bench/gowriter/build.sh"; exit 1; fi
-command -v go >/dev/null || { log "Go is needed to build the writer (the control plane needs it too)"; exit 1; }
-mkdir -p "$out"
-exec 9>"$out/.lock"
-flock 9   # two benchmarks at once build once
-if [ -x "$out/gowriter" ]; then echo "$out/gowriter"; exit 0; fi
-
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+go_env
 start=$SECONDS
 log "go build (client-go $(sed -n 's/^[[:space:]]*k8s.io\/client-go \(v[^ ]*\).*/\1/p' "$here/go.mod"))"
 (cd "$here" && go build -trimpath -ldflags "-s -w" -o "$out/gowriter.tmp" .)
 mv "$out/gowriter.tmp" "$out/gowriter"
-log "built in $((SECONDS - start)) s"
+log "built in $(took "$start")"
 echo "$out/gowriter"

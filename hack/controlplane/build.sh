@@ -18,6 +18,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../lib/cache.sh
+source "$here/../lib/cache.sh"
 # shellcheck source=versions.env
 source "$here/versions.env"
 BINARIES=(kube-apiserver etcd etcdctl kubectl)
@@ -28,7 +30,7 @@ case "${1:-}" in
   *) echo "usage: $0 [--node]" >&2; exit 2 ;;
 esac
 
-log() { echo "controlplane: $*" >&2; }
+cache_init controlplane
 
 missing() {  # the wanted binaries that $1 lacks
   local dir=$1 b
@@ -44,32 +46,17 @@ if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
   log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS lacks $(missing "$KUBEBUILDER_ASSETS" | xargs); building instead"
 fi
 
-cache_root=${CONFIGMIRROR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/configmirror}
-out="$cache_root/controlplane/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION"
-if [ -z "$(missing "$out")" ]; then
-  log "cached in $out"
-  echo "$out"
-  exit 0
-fi
-
-if [ -n "${CONFIGMIRROR_FIND_ONLY:-}" ]; then
-  log "not built yet ($(missing "$out" | xargs)): run make controlplane${1:+ (make node for $1)}"
-  exit 1
-fi
-command -v go >/dev/null || { log "Go is needed to build kube-apiserver and etcd (or set KUBEBUILDER_ASSETS)"; exit 1; }
-mkdir -p "$out"
-exec 9>"$out/.lock"
-flock 9   # two test runs at once build once
-if [ -z "$(missing "$out")" ]; then echo "$out"; exit 0; fi
+out=$(cache_dir controlplane "k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION")
+complete() { [ -z "$(missing "$out")" ]; }
+cache_or_lock "$out" "$out" "make controlplane${1:+ (make node for $1)}" complete
 todo=" $(missing "$out" | xargs) "
 wants() { [[ "$todo" == *" $1 "* ]]; }
 
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+go_env
 work="$out/src"
 rm -rf "$work"; mkdir -p "$work/bin"
 cp -r "$here/kubernetes" "$here/etcd" "$work/"
 start=$SECONDS
-took() { echo "$((SECONDS - $1)) s"; }
 
 # Every missing Kubernetes binary in one `go build`: shared packages compile once, and one
 # binary's link overlaps another's compile.

@@ -18,14 +18,15 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+# shellcheck source=../lib/cache.sh
+source "$repo/hack/lib/cache.sh"
 # shellcheck source=../controlplane/versions.env
 source "$repo/hack/controlplane/versions.env"
 # shellcheck source=versions.env
 source "$here/versions.env"
 
-log() { echo "coredns: $*" >&2; }
+cache_init coredns
 
-cache_root=${CONFIGMIRROR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/configmirror}
 assets=$("$repo/hack/controlplane/build.sh" --node | tail -n 1) \
   || { log "kubeadm is needed to read the Corefile it deploys (make node)"; exit 1; }
 
@@ -56,20 +57,10 @@ print(" ".join(dict.fromkeys(names)))
 read -r -a plugins <<<"$directives"
 
 key=$(printf '%s\n' "$COREDNS_VERSION" "${plugins[@]}" | cat - "$0" | sha256sum | cut -c1-12)
-out="$cache_root/kind/coredns-$COREDNS_VERSION-$key"
-if [ -x "$out/coredns" ]; then
-  log "cached in $out (plugins: ${plugins[*]})"
-  echo "$out/coredns"
-  exit 0
-fi
-if [ -n "${CONFIGMIRROR_FIND_ONLY:-}" ]; then log "not built yet: run make kind-node-image"; exit 1; fi
-command -v go >/dev/null || { log "Go is needed to build CoreDNS"; exit 1; }
-mkdir -p "$out"
-exec 9>"$out/.lock"
-flock 9   # two runs at once build once
-if [ -x "$out/coredns" ]; then echo "$out/coredns"; exit 0; fi
+out=$(cache_dir kind "coredns-$COREDNS_VERSION-$key")
+cache_or_lock "$out/coredns" "$out" "make kind-node-image" [ -x "$out/coredns" ]
 
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+go_env
 work="$out/src"
 rm -rf "$work"; mkdir -p "$work"
 start=$SECONDS
@@ -113,5 +104,5 @@ for name in "${plugins[@]}"; do
 done
 mv coredns "$out/coredns"
 cd "$out"; rm -rf "$work"
-log "built in $((SECONDS - start)) s: $("$out/coredns" -version | sed -n 1p)"
+log "built in $(took "$start"): $("$out/coredns" -version | sed -n 1p)"
 echo "$out/coredns"

@@ -32,6 +32,8 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+# shellcheck source=../lib/cache.sh
+source "$repo/hack/lib/cache.sh"
 # shellcheck source=../controlplane/versions.env
 source "$repo/hack/controlplane/versions.env"
 # shellcheck source=versions.env
@@ -39,19 +41,19 @@ source "$here/versions.env"
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 security=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 
-log() { echo "kind-node-image: $*" >&2; }
+cache_init kind-node-image
 quietly() {  # run a command; show what it printed only when it fails
   local out
   out=$("$@" 2>&1) || { echo "$out" >&2; log "failed: $*"; return 1; }
 }
-took() { echo "$((SECONDS - $1)) s"; }
 
 image="configmirror-kind-node:v$KUBERNETES_VERSION"
+pinned kind
 # The pinned versions (not their comments), this script, CoreDNS's and the node's own files.
 key=$( (grep -hv '^#' "$repo/hack/controlplane/versions.env" "$here/versions.env"
+        echo "KIND_VERSION=$pinned_version"
         cat "$0" "$here/coredns.sh" "$here"/node/*) | sha256sum | cut -c1-16)
-cache_root=${CONFIGMIRROR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/configmirror}
-cache="$cache_root/kind"
+cache=$(cache_dir kind)
 tarball="$cache/node-image-$key.tar"
 
 built_key() { docker image inspect --format '{{index .Config.Labels "io.configmirror.kind-node-key"}}' "$image" 2>/dev/null || true; }
@@ -67,15 +69,10 @@ found() {
 }
 
 docker info >/dev/null 2>&1 || { log "no Docker daemon answers (docker info failed)"; exit 1; }
-if found; then echo "$image"; exit 0; fi
-if [ -n "${CONFIGMIRROR_FIND_ONLY:-}" ]; then log "$image not built yet: run make kind-node-image"; exit 1; fi
 for tool in mmdebstrap go; do
-  command -v "$tool" >/dev/null || { log "$tool is needed (apt-get install ${tool/go/golang})"; exit 1; }
+  [ -n "${CONFIGMIRROR_FIND_ONLY:-}" ] || require_command "$tool" "$tool is needed (apt-get install ${tool/go/golang})"
 done
-mkdir -p "$cache"
-exec 9>"$cache/.node-image.lock"
-flock 9   # two runs at once build once
-if found; then echo "$image"; exit 0; fi
+cache_or_lock "$image" "$cache/node-image" "make kind-node-image" found
 
 start=$SECONDS
 # A build container of a run that died (its daemon with it) holds the base: remove it.
@@ -90,9 +87,9 @@ trap cleanup EXIT
 
 # -- what the image is made of -----------------------------------------------------------------
 assets=$("$repo/hack/controlplane/build.sh" --node | tail -n 1)
-"$here/build.sh" >/dev/null   # kind itself, and its module (the node files) in Go's cache
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-kind_module=$(cd "$work" && go mod download -json "sigs.k8s.io/kind@v$KIND_VERSION" \
+"$repo/hack/tools/build.sh" kind >/dev/null   # kind itself, and its module (the node files) in Go's cache
+go_env
+kind_module=$(cd "$work" && go mod download -json "${pinned_package%%@*}@v$pinned_version" \
                 | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 kind_files="$kind_module/images/base/files"
 [ -f "$kind_files/usr/local/bin/entrypoint" ] || { log "no kind node files in $kind_files"; exit 1; }

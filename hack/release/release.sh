@@ -84,7 +84,7 @@ command -v buildah >/dev/null || die "buildah is needed (apt-get install buildah
 tool() { hack/tools/build.sh "$1" | tail -n 1; }
 crane=$(tool crane)
 syft=$(tool syft)
-helm=$(hack/helm/build.sh | tail -n 1)/helm
+helm=$(tool helm)
 [ "$signed" = 0 ] || cosign=$(tool cosign)
 # kubectl for `kubectl kustomize`: KUBECTL, else the suite's pinned one (hack/controlplane), else PATH's.
 if [ -n "${KUBECTL:-}" ]; then kubectl=$KUBECTL

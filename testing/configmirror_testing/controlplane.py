@@ -24,7 +24,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import json
-import os
 import secrets
 import shutil
 import signal
@@ -39,54 +38,23 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from configmirror_testing.tools import REPO, find_tool
 from configmirror_testing.wait import WaitTimeout, wait_for
 
 BINARIES = ("kube-apiserver", "etcd", "etcdctl", "kubectl")
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
-BUILD_TIMEOUT = 3600.0
 
 
 class ControlPlaneError(RuntimeError):
     """The control plane could not be started or used; the message names the part and why."""
 
 
-def find_assets(repo_root: Path | None = None, build: bool = False,
-                binaries: Sequence[str] = BINARIES, build_args: Sequence[str] = ()
+def find_assets(repo_root: Path | None = None, build: bool = False, node: bool = False
                 ) -> Path | None:
-    """The folder holding the control-plane binaries, or None if there is none (and no build).
-
-    Looks at CONFIGMIRROR_CONTROLPLANE_ASSETS, then KUBEBUILDER_ASSETS, then asks build.sh,
-    which prints the cached folder (and builds it first only when `build` is true).
-    `binaries` and `build_args` ask for more (the node's: `build.sh --node`).
-    """
-    for var in ("CONFIGMIRROR_CONTROLPLANE_ASSETS", "KUBEBUILDER_ASSETS"):
-        folder = os.environ.get(var)
-        if folder and all((Path(folder) / b).is_file() for b in binaries):
-            return Path(folder)
-    root = repo_root or Path(__file__).resolve().parents[2]
-    return built_folder(root / "hack" / "controlplane" / "build.sh", build, build_args)
-
-
-def built_folder(script: Path, build: bool, args: Sequence[str] = ()) -> Path | None:
-    """The folder a hack/*/build.sh prints last: cached, or built first when `build` is true.
-
-    Without `build` (or without Go) nothing is built: the script only reports a finished build.
-    """
-    if not script.is_file():
-        return None
-    if not build and not shutil.which("go"):
-        return None
-    env = dict(os.environ)
-    if not build:
-        env["CONFIGMIRROR_FIND_ONLY"] = "1"
-    # A cold build takes minutes (kube-apiserver the most); finding a cached one, a moment.
-    done = subprocess.run([str(script), *args], capture_output=True, text=True, env=env,
-                          check=False, timeout=BUILD_TIMEOUT if build else 60)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        return None
-    return Path(lines[-1])
+    """The folder holding the control-plane binaries (with `node`, the node's too), or None
+    if there is none (and no build): configmirror_testing.tools' rule."""
+    return find_tool("node" if node else "controlplane", build, repo_root or REPO)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -1,7 +1,7 @@
-"""helm for the chart tests, built once from Go modules by hack/helm/build.sh.
+"""helm for the chart tests, built once from its Go module by `hack/tools/build.sh helm`.
 
 No package ships helm 4 for CI's machine, so it is built like the control plane and found the
-same way: CONFIGMIRROR_HELM_DIR (what `make test` exports), else the build script's cache.
+same way (configmirror_testing.tools: CONFIGMIRROR_HELM_DIR, else the build script's cache).
 helm keeps a cache, repositories and plugins under the user's home; `Helm` points all of them
 (and kubectl's discovery cache) at a folder its caller owns, so a run leaves nothing behind.
 """
@@ -12,8 +12,6 @@ import os
 import subprocess
 from pathlib import Path
 from typing import Protocol
-
-from configmirror_testing.controlplane import built_folder
 
 TIMEOUT = 120.0
 
@@ -27,18 +25,6 @@ class Admin(Protocol):
 
 class HelmError(RuntimeError):
     """A helm command failed; the message holds the command and helm's own words."""
-
-
-def find_helm(repo_root: Path | None = None, build: bool = False) -> Path | None:
-    """The helm binary, or None if there is none (and no build)."""
-    folder = os.environ.get("CONFIGMIRROR_HELM_DIR")
-    if folder and (Path(folder) / "helm").is_file():
-        return Path(folder) / "helm"
-    root = repo_root or Path(__file__).resolve().parents[2]
-    built = built_folder(root / "hack" / "helm" / "build.sh", build)
-    if built is None or not (built / "helm").is_file():
-        return None
-    return built / "helm"
 
 
 class Helm:

@@ -1,6 +1,6 @@
 """A kind cluster for the node tier (`make cluster-test`) and for any test that needs real nodes.
 
-kind comes from hack/kind/build.sh (its Go module), the node image from
+kind comes from `hack/tools/build.sh kind` (its Go module), the node image from
 hack/kind/node-image.sh (our own Kubernetes build, no registry) unless KIND_NODE_IMAGE names
 another, and the configuration from hack/kind/cluster.yaml, the file `make kind-test` uses.
 
@@ -39,8 +39,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-
-from configmirror_testing.controlplane import built_folder
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "hack" / "kind" / "cluster.yaml"
@@ -134,18 +132,6 @@ def provider_env(provider: str, image: str | None, folder: Path) -> dict[str, st
             raise KindError(f"copying {image} from Docker to Podman failed: "
                             f"{loaded.stderr.strip()}")
     return env
-
-
-def find_kind(repo_root: Path | None = None, build: bool = False) -> Path | None:
-    """The kind binary: CONFIGMIRROR_KIND_DIR's, else hack/kind/build.sh's (built first only
-    when `build`), or None."""
-    folder = os.environ.get("CONFIGMIRROR_KIND_DIR")
-    if folder and (Path(folder) / "kind").is_file():
-        return Path(folder) / "kind"
-    built = built_folder((repo_root or REPO) / "hack" / "kind" / "build.sh", build)
-    if built is None or not (built / "kind").is_file():
-        return None
-    return built / "kind"
 
 
 def find_node_image(repo_root: Path | None = None, build: bool = False) -> str | None:

@@ -1,19 +1,17 @@
 """promtool for the alert tests, built once from Go modules by hack/promtool/build.sh.
 
-Found like helm: CONFIGMIRROR_PROMTOOL_DIR (what `make test` exports), else the build script's
-cache. Its folder also holds promql-selectors, which reads PromQL with Prometheus' own parser
-and names the series each expression selects, so a test never guesses at PromQL itself.
+Found like helm (configmirror_testing.tools: CONFIGMIRROR_PROMTOOL_DIR, else the build
+script's cache). Its folder also holds promql-selectors, which reads PromQL with Prometheus'
+own parser and names the series each expression selects, so a test never guesses at PromQL
+itself.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-
-from configmirror_testing.controlplane import built_folder
 
 TIMEOUT = 120.0
 
@@ -37,23 +35,6 @@ class Selector:
 
     name: str
     matchers: tuple[Matcher, ...]
-
-
-def find_promtool(repo_root: Path | None = None, build: bool = False) -> Path | None:
-    """The folder holding promtool and promql-selectors, or None if there is none (and no
-    build)."""
-    folder = os.environ.get("CONFIGMIRROR_PROMTOOL_DIR")
-    if folder and _complete(Path(folder)):
-        return Path(folder)
-    root = repo_root or Path(__file__).resolve().parents[2]
-    built = built_folder(root / "hack" / "promtool" / "build.sh", build)
-    if built is None or not _complete(built):
-        return None
-    return built
-
-
-def _complete(folder: Path) -> bool:
-    return (folder / "promtool").is_file() and (folder / "promql-selectors").is_file()
 
 
 class Promtool:

@@ -2,8 +2,8 @@
 
 `publish()` runs `make release` into a registry (configmirror_testing.registry) with its dist/
 in a folder of the caller's; `Release` is what came out: the image, the chart, dist/ and the
-public key. `find_tool` finds (or, in CI, builds) the tools `make release` itself uses
-(hack/tools/build.sh), so a test verifies with the same cosign the release signed with.
+public key. The tests verify with the cosign `make release` itself uses (hack/tools/build.sh,
+found by configmirror_testing.tools).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from pathlib import Path
 
 import yaml
 
-from configmirror_testing.controlplane import built_folder
 from configmirror_testing.registry import Registry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,12 +31,6 @@ MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
 
 class ReleaseError(RuntimeError):
     """`make release` failed; the message holds the end of its output."""
-
-
-def find_tool(name: str, build: bool = False) -> Path | None:
-    """cosign, crane, syft or actionlint from hack/tools/build.sh (built first if `build`)."""
-    path = built_folder(REPO / "hack" / "tools" / "build.sh", build, (name,))
-    return path if path is not None and path.is_file() else None
 
 
 def release_missing() -> str | None:

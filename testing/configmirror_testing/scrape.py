@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from configmirror.metrics import Metrics
+
 
 @dataclass(frozen=True)
 class Scrape:
@@ -41,3 +43,10 @@ class Scrape:
         if not states:
             raise ValueError("this operator exports no configmirror_work_pending")
         return all(value == 0 for _, value in states)
+
+
+def controller_sample(metrics: Metrics, name: str, controller: str = "test",
+                      **labels: str) -> float:
+    """Sample `name` of controller `controller` in `metrics`' own registry (0 when absent)."""
+    value = metrics.registry.get_sample_value(name, {"controller": controller, **labels})
+    return float(value or 0.0)

@@ -1,12 +1,12 @@
 """Which kinds the operator caches, as its flags say (the informers' wiring is tested against
-the real API server: tests/e2e/test_caches.py)."""
+the real API server: tests/integration/test_caches.py)."""
 
 from __future__ import annotations
 
 from configmirror.caches import replicated_kinds
 from configmirror.model import CONFIGMAP, SECRET
 from configmirror.settings import Settings
-from tests.unit.test_plan import ns
+from configmirror_testing.builders import ns
 
 
 def test_configmaps_alone_are_replicated_and_every_one_watched_without_secret_names() -> None:

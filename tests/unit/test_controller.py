@@ -15,6 +15,7 @@ from configmirror.metrics import Metrics
 from configmirror.ratelimit import ItemExponentialFailureRateLimiter
 from configmirror.reconcile import Result, RetryableError, TerminalError
 from configmirror.workqueue import WorkQueue
+from configmirror_testing.scrape import controller_sample as sample
 from configmirror_testing.wait import wait_for
 
 
@@ -29,10 +30,6 @@ class RecordingLimiter(ItemExponentialFailureRateLimiter):
         delay = super().when(item)
         self.delays.append(delay)
         return delay
-
-
-def sample(metrics: Metrics, name: str, **labels: str) -> float:
-    return metrics.registry.get_sample_value(name, {"controller": "test", **labels}) or 0.0
 
 
 def test_burst_of_edits_during_a_reconcile_yields_exactly_one_more() -> None:

@@ -1,5 +1,5 @@
 """The image's promises, checked by reading the Dockerfile (hadolint runs in `make lint`; the
-built image runs for real in tests/e2e/test_pod.py)."""
+built image runs for real in tests/image/test_pod.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 import yaml
 
 from configmirror import __version__
-from tests.conftest import REPO
+from configmirror_testing.cluster import REPO
 
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 

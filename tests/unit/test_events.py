@@ -15,6 +15,7 @@ from configmirror.clock import FakeClock
 from configmirror.events import QUIET, RETRY_MIN, EventRecorder, ObjectRef, Tallies
 from configmirror.kube import ApiError
 from configmirror.replicator import replicated_message
+from configmirror_testing.fakekube import FakeKube
 from configmirror_testing.wait import wait_for
 
 A = ObjectRef("ConfigMap", "src", "a", "uid-a", "1")
@@ -88,29 +89,7 @@ def test_only_a_new_tally_can_be_due_sooner() -> None:
     assert tallies.add(B, "Replicated", "created", "ns-0", replicated_message) is True
 
 
-# -- the recorder: its writer thread on a fake clock, against a recording client ----------------
-
-
-class EventServer:
-    """Stands in for the client the recorder writes through: records each request; answers
-    with the failures a test queues (an ApiError), else success."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str, dict[str, Any]]] = []
-        self.failures: list[ApiError | None] = []  # None: that request succeeds
-        self._lock = threading.Lock()
-
-    def request(self, verb: str, path: str, query: Any = None, body: Any = None,
-                **_options: Any) -> dict[str, Any]:
-        with self._lock:
-            self.requests.append((verb, path, body))
-            if self.failures and (failure := self.failures.pop(0)) is not None:
-                raise failure
-        return {}
-
-    def written(self) -> list[tuple[str, str, dict[str, Any]]]:
-        with self._lock:
-            return list(self.requests)
+# -- the recorder: its writer thread on a fake clock, against the fake client -------------------
 
 
 def unavailable() -> ApiError:
@@ -119,9 +98,9 @@ def unavailable() -> ApiError:
 
 @pytest.fixture
 def recorder(request: pytest.FixtureRequest
-             ) -> Iterator[tuple[EventRecorder, EventServer, FakeClock, list[int]]]:
+             ) -> Iterator[tuple[EventRecorder, FakeKube, FakeClock, list[int]]]:
     """A started recorder (its queue holds 100 Events, or a test's parameter)."""
-    server, clock, dropped = EventServer(), FakeClock(), [0]
+    server, clock, dropped = FakeKube(), FakeClock(), [0]
     max_queued = getattr(request, "param", 100)
 
     def on_dropped() -> None:
@@ -137,7 +116,7 @@ def recorder(request: pytest.FixtureRequest
 
 
 def test_a_repeated_warning_patches_the_count_of_the_event_written_for_it(
-        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+        recorder: tuple[EventRecorder, FakeKube, FakeClock, list[int]]) -> None:
     events, server, _, _ = recorder
     for _ in range(3):
         events.warning(A, "TargetConflict", "a/cfg exists")
@@ -157,7 +136,7 @@ def test_a_repeated_warning_patches_the_count_of_the_event_written_for_it(
 
 
 def test_an_event_whose_record_expired_is_written_anew(
-        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+        recorder: tuple[EventRecorder, FakeKube, FakeClock, list[int]]) -> None:
     events, server, _, _ = recorder
     events.warning(A, "InvalidSpec", "bad")
     wait_for(lambda: len(server.written()) == 1 and events.pending() == 0, what="the create")
@@ -170,7 +149,7 @@ def test_an_event_whose_record_expired_is_written_anew(
 
 
 def test_an_unavailable_server_is_waited_out_with_the_event_first_in_line(
-        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+        recorder: tuple[EventRecorder, FakeKube, FakeClock, list[int]]) -> None:
     events, server, clock, _ = recorder
     server.failures += [unavailable(), unavailable()]
     events.warning(A, "First", "1")
@@ -188,7 +167,7 @@ def test_an_unavailable_server_is_waited_out_with_the_event_first_in_line(
 
 
 def test_an_event_the_server_rejects_is_dropped_and_the_rest_go_on(
-        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+        recorder: tuple[EventRecorder, FakeKube, FakeClock, list[int]]) -> None:
     events, server, _, _ = recorder
     server.failures.append(ApiError(422, "Invalid", "too long", "create", "/events"))
     events.warning(A, "Rejected", "1")
@@ -199,7 +178,7 @@ def test_an_event_the_server_rejects_is_dropped_and_the_rest_go_on(
 
 @pytest.mark.parametrize("recorder", [3], indirect=True)
 def test_a_full_queue_drops_events_and_counts_each(
-        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]],
+        recorder: tuple[EventRecorder, FakeKube, FakeClock, list[int]],
         caplog: pytest.LogCaptureFixture) -> None:
     events, server, clock, dropped = recorder
     server.failures.append(unavailable())
@@ -216,7 +195,7 @@ def test_a_full_queue_drops_events_and_counts_each(
 
 
 def test_a_tally_is_written_as_one_event_once_its_object_is_quiet(
-        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+        recorder: tuple[EventRecorder, FakeKube, FakeClock, list[int]]) -> None:
     events, server, clock, _ = recorder
     for i in range(100):
         events.tally(A, "Replicated", "created", f"ns-{i}", replicated_message)
@@ -231,7 +210,7 @@ def test_a_tally_is_written_as_one_event_once_its_object_is_quiet(
 
 
 def test_stop_writes_the_open_tallies_and_the_queue(
-        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+        recorder: tuple[EventRecorder, FakeKube, FakeClock, list[int]]) -> None:
     events, server, _, _ = recorder
     events.tally(A, "Replicated", "updated", "ns-1", replicated_message)
     events.warning(B, "Queued", "1")
@@ -260,7 +239,7 @@ def test_next_due_in_is_the_earliest_of_quiet_and_max_age_and_never_negative() -
 
 
 def test_a_message_is_cut_to_1024_characters(
-        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]]) -> None:
+        recorder: tuple[EventRecorder, FakeKube, FakeClock, list[int]]) -> None:
     events, server, _, _ = recorder
     events.warning(A, "Long", "x" * 5000)
     wait_for(lambda: events.pending() == 0 and server.written(), what="the Event")
@@ -268,7 +247,7 @@ def test_a_message_is_cut_to_1024_characters(
 
 
 def test_retries_wait_half_a_second_doubling_to_30_s_and_the_first_failure_is_logged_once(
-        recorder: tuple[EventRecorder, EventServer, FakeClock, list[int]],
+        recorder: tuple[EventRecorder, FakeKube, FakeClock, list[int]],
         caplog: pytest.LogCaptureFixture) -> None:
     events, server, clock, _ = recorder
     server.failures += [unavailable() for _ in range(9)]
@@ -285,7 +264,7 @@ def test_retries_wait_half_a_second_doubling_to_30_s_and_the_first_failure_is_lo
 
 
 def test_the_events_are_reported_by_the_instance_given_or_else_the_host() -> None:
-    server = EventServer()
+    server = FakeKube()
     given = EventRecorder(server, instance="pod-1", clock=FakeClock())  # type: ignore[arg-type]
     default = EventRecorder(server, clock=FakeClock())  # type: ignore[arg-type]
     assert given.pending() == 0 and default.pending() == 0, "nothing pending at first"
@@ -297,7 +276,7 @@ def test_the_events_are_reported_by_the_instance_given_or_else_the_host() -> Non
 
 
 def test_pending_counts_the_queue_the_open_tallies_and_the_event_being_written() -> None:
-    server, clock = EventServer(), FakeClock()
+    server, clock = FakeKube(), FakeClock()
     entered, release = threading.Event(), threading.Event()
 
     def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -323,7 +302,7 @@ def test_pending_counts_the_queue_the_open_tallies_and_the_event_being_written()
 
 def test_stop_gives_up_on_a_server_too_slow_to_take_the_rest(
         caplog: pytest.LogCaptureFixture) -> None:
-    server = EventServer()
+    server = FakeKube()
     entered, release = threading.Event(), threading.Event()
     requests: list[str] = []
 
@@ -357,7 +336,7 @@ def test_stop_gives_up_on_a_server_too_slow_to_take_the_rest(
 
 
 def test_stop_with_the_server_down_ends_the_writer_after_one_more_try() -> None:
-    server, clock = EventServer(), FakeClock()
+    server, clock = FakeKube(), FakeClock()
     server.failures += [unavailable() for _ in range(100)]
     events = EventRecorder(server, clock=clock)  # type: ignore[arg-type]
     events.warning(A, "Lost", "1")
@@ -369,14 +348,14 @@ def test_stop_with_the_server_down_ends_the_writer_after_one_more_try() -> None:
 
 
 def test_stop_before_start_does_nothing() -> None:
-    events = EventRecorder(EventServer(), clock=FakeClock())  # type: ignore[arg-type]
+    events = EventRecorder(FakeKube(), clock=FakeClock())  # type: ignore[arg-type]
     events.warning(A, "Never", "1")  # a standby that never led: its recorder never started
     events.stop(timeout=5)
     assert events.pending() == 1
 
 
-def remembering(max_remembered: int) -> tuple[EventRecorder, EventServer]:
-    server = EventServer()
+def remembering(max_remembered: int) -> tuple[EventRecorder, FakeKube]:
+    server = FakeKube()
     events = EventRecorder(server, max_remembered=max_remembered,  # type: ignore[arg-type]
                            clock=FakeClock())
     return events, server

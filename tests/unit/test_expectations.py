@@ -12,7 +12,7 @@ from configmirror.model import CONFIGMAP, CachedObject, Caches
 from configmirror.replicator import Expectations, Replicator
 from configmirror.spec import REPLICATE_TO
 from configmirror.store import Store
-from tests.unit.test_plan import SCOPE, cached
+from configmirror_testing.builders import SCOPE, cached
 
 
 def obj(rv: str, content_hash: str = "h") -> CachedObject:

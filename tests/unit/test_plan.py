@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -19,21 +18,15 @@ from configmirror.model import (
     REPLICA_LABEL,
     REPLICA_OF,
     SECRET,
-    CachedObject,
-    Caches,
-    Kind,
     Namespace,
     admission_changes,
     kept_as_written,
-    namespace_from_json,
-    object_indexers,
     replica_hash,
 )
 from configmirror.plan import (
     Admitted,
     Decision,
     Grace,
-    ReplicationPlan,
     decide,
     desired_body,
     in_sync,
@@ -45,7 +38,6 @@ from configmirror.plan import (
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import (
     ON_DELETE,
-    PULL,
     PULL_ALLOWED,
     PULL_ALLOWED_MATCHING,
     REPLICATE_TO,
@@ -56,86 +48,21 @@ from configmirror.spec import (
     parse_patterns,
     parse_pulls,
 )
-from configmirror.store import Store
-from configmirror_testing import objects
-
-KEY = "src/cfg"
-AT_ONCE = Grace.from_now(0.0)  # --delete-grace 0s: removals are due at once
-SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
-ConfigMap = CachedObject
-
-
-def cached(raw: dict[str, Any], kind: Kind = CONFIGMAP) -> CachedObject:
-    return objects.cached(raw, kind)
-
-
-def source(annotations: dict[str, str] | None = None, data: dict[str, str] | None = None,
-           labels: dict[str, str] | None = None, immutable: bool = False,
-           namespace: str = "src", name: str = "cfg", rv: str = "10",
-           created: str = "2026-01-01T00:00:00Z") -> ConfigMap:
-    raw: dict[str, Any] = {
-        "metadata": {"namespace": namespace, "name": name, "uid": f"u-{namespace}",
-                     "resourceVersion": rv, "creationTimestamp": created,
-                     "labels": labels or {},
-                     "annotations": {REPLICATE_TO: "*"} if annotations is None else annotations},
-        "data": {"k": "v"} if data is None else data}
-    if immutable:
-        raw["immutable"] = True
-    return cached(raw)
-
-
-def replica_of(src: ConfigMap, namespace: str, rv: str = "20", **edits: Any) -> ConfigMap:
-    """A cached replica as the operator would have written it (optionally hand-edited)."""
-    body = copy.deepcopy(desired_body(src, namespace))
-    body["metadata"].update(uid=f"r-{namespace}", resourceVersion=rv)
-    body.update(edits)
-    return cached(body)
-
-
-def plain(namespace: str, name: str = "cfg", annotations: dict[str, str] | None = None
-          ) -> ConfigMap:
-    return cached({"metadata": {"namespace": namespace, "name": name, "uid": "p",
-                                "resourceVersion": "5", "annotations": annotations or {}},
-                   "data": {"mine": "x"}})
-
-
-def ns(name: str, labels: dict[str, str] | None = None, terminating: bool = False) -> Namespace:
-    raw: dict[str, Any] = {"metadata": {"name": name, "labels": labels or {},
-                                        "resourceVersion": "1"}}
-    if terminating:
-        raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        raw["status"] = {"phase": "Terminating"}
-    return namespace_from_json(raw)
-
-
-def world(objects: list[CachedObject], namespaces: list[Namespace],
-          kind: Kind = CONFIGMAP) -> Caches:
-    """The caches holding exactly these objects and namespaces (real stores, as an
-    informer fills them)."""
-    store: Store[CachedObject] = Store(object_indexers())
-    for obj in objects:
-        store.upsert(obj.key, obj)
-    spaces: Store[Namespace] = Store()
-    for namespace in namespaces:
-        spaces.upsert(namespace.name, namespace)
-    return Caches(store, spaces, kind)
-
-
-def plan(src: ConfigMap | None, namespaces: list[Namespace],
-         others: list[ConfigMap] = (), scope: Scope | None = None,  # type: ignore[assignment]
-         key: str = KEY, home: bool = True, admitted: Admitted = nothing_admitted,
-         grace: Grace | None = None) -> ReplicationPlan:
-    """plan_source over these caches; the source's own namespace is cached unless `home`
-    is False (unlabelled: add it to `namespaces` to give it labels)."""
-    if src is not None and home and all(n.name != src.namespace for n in namespaces):
-        namespaces = [*namespaces, ns(src.namespace)]
-    w = world([*([src] if src else []), *others], namespaces)
-    return plan_source(key, w, w.get, scope or SCOPE, admitted, grace or AT_ONCE)
-
-
-def kinds(p: ReplicationPlan) -> list[tuple[str, str]]:
-    return [(a.kind, a.namespace) for a in p.actions]
-
+from configmirror_testing.builders import (
+    AT_ONCE,
+    KEY,
+    SCOPE,
+    ConfigMap,
+    cached,
+    kinds,
+    ns,
+    plain,
+    plan,
+    puller,
+    replica_of,
+    source,
+    world,
+)
 
 ALL = [ns("src"), ns("a"), ns("b"), ns("kube-system"), ns("default")]
 
@@ -742,12 +669,6 @@ def test_a_lifecycle_value_that_does_not_parse_is_an_invalid_spec_that_changes_n
 
 
 # -- pull: a namespace asks, the source consents ---------------------------------------------
-
-
-def puller(name: str, pull: str, labels: dict[str, str] | None = None) -> Namespace:
-    return namespace_from_json({"metadata": {"name": name, "labels": labels or {},
-                                             "resourceVersion": "1", "uid": f"n-{name}",
-                                             "annotations": {PULL: pull}}})
 
 
 def test_pull_entries_parse_with_configmap_as_the_default_kind() -> None:

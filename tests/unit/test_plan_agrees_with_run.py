@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from configmirror.clock import FakeClock
-from configmirror.kube import ApiError
 from configmirror.model import (
     CONFIGMAP,
     CONTENT_HASH,
@@ -62,7 +61,8 @@ from configmirror.spec import (
 )
 from configmirror.store import Store
 from configmirror.workqueue import WorkQueue
-from tests.unit.test_plan import cached
+from configmirror_testing.builders import cached
+from configmirror_testing.fakekube import FakeKube
 
 NAMESPACES = ("a", "b", "c", "d", "home1", "home2")
 NAMES = ("cfg", "app")
@@ -173,68 +173,15 @@ def worlds(draw: st.DrawFn) -> World:
 # -- the run's side: a recording server and the workers -------------------------------------
 
 
-@dataclass
-class RecordingServer:
-    """Stores what it is sent, as the API server would, with resourceVersion preconditions;
-    records every write with the source it is for. Only the replicator talks to it."""
+def written(server: FakeKube) -> list[tuple[str, str, str, float]]:
+    """Each write the server stored, with the source it is for (a release: the replica's
+    last owner) and when (seconds into the run)."""
+    def owner(obj: dict[str, Any] | None) -> str:
+        return str(((obj or {}).get("metadata", {}).get("annotations") or {}).get(REPLICA_OF, ""))
 
-    objects: dict[str, dict[str, Any]]
-    clock: FakeClock
-    revision: int = 1
-    writes: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, object, source)
-    times: list[float] = field(default_factory=list)  # seconds into the run of each write
-
-    def request(self, verb: str, path: str, query: Any = None, body: Any = None,
-                **_options: Any) -> dict[str, Any]:
-        parts = path.strip("/").split("/")  # api v1 namespaces NS configmaps [NAME]
-        namespace = parts[3]
-        name = parts[5] if len(parts) > 5 else body["metadata"]["name"]
-        key = f"{namespace}/{name}"
-        stored = self.objects.get(key)
-        if verb == "create":
-            if stored is not None:
-                raise ApiError(409, "AlreadyExists", f"{key} exists", verb, path)
-            return self._store(verb, key, body)
-        if stored is None:
-            raise ApiError(404, "NotFound", f"{key} not found", verb, path)
-        if verb == "update":
-            if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict", "the object has been modified", verb, path)
-            if stored.get("immutable"):
-                raise ApiError(422, "Invalid", "field is immutable", verb, path)
-            return self._store(verb, key, body)
-        if verb == "patch":  # a JSON merge patch of metadata (releasing a replica)
-            if body["metadata"].pop("resourceVersion") != stored["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict", "the object has been modified", verb, path)
-            owner = stored["metadata"]["annotations"][REPLICA_OF]
-            patched = copy.deepcopy(stored)
-            for field_name, changes in body["metadata"].items():
-                values = patched["metadata"].setdefault(field_name, {})
-                for k, v in changes.items():
-                    if v is None:
-                        values.pop(k, None)
-                    else:
-                        values[k] = v
-            self._store("patch", key, patched)
-            self.writes[-1] = ("release", key, owner)
-            return copy.deepcopy(self.objects[key])
-        assert verb == "delete", verb
-        if body["preconditions"]["resourceVersion"] != stored["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", "precondition failed", verb, path)
-        del self.objects[key]
-        self.revision += 1
-        self.writes.append(("delete", key, stored["metadata"]["annotations"][REPLICA_OF]))
-        self.times.append(self.clock.now() - START)
-        return {}
-
-    def _store(self, verb: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.revision += 1
-        stored = copy.deepcopy(body)
-        stored["metadata"].update(uid=f"w-{self.revision}", resourceVersion=str(self.revision))
-        self.objects[key] = stored
-        self.writes.append((verb, key, body["metadata"]["annotations"].get(REPLICA_OF, "")))
-        self.times.append(self.clock.now() - START)
-        return copy.deepcopy(stored)
+    return [("release" if w.verb == "patch" else w.verb, w.key,
+             owner(w.before) if w.verb in ("patch", "delete") else owner(w.after), w.at - START)
+            for w in server.writes]
 
 
 class RecordingRecorder:
@@ -266,10 +213,10 @@ def plan_all(world: World) -> list[Any]:
             for k in sorted(keys)]
 
 
-def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
+def run(world: World) -> tuple[FakeKube, RecordingRecorder]:
     """The workers, round after round (each round ends with a relist), until quiet."""
     clock = FakeClock(START)
-    server = RecordingServer(copy.deepcopy(world.objects), clock)
+    server = FakeKube(copy.deepcopy(world.objects), clock)
     recorder = RecordingRecorder()
     caches, objects, spaces = caches_of(world)
     listed = [server.revision]  # the revision the caches were last listed at (the watermark)
@@ -335,7 +282,7 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
 
     # Every write plan listed, and when: a removal (and the create that follows one) after
     # the grace, anything else at once.
-    done = Counter((*w, t) for w, t in zip(server.writes, server.times, strict=True))
+    done = Counter(written(server))
     assert done == expected_writes(plans)
     waited = [a for p in plans for a in p.actions if a.kind in REMOVALS]
     assert all(a.due_in == world.grace for a in waited), "plan says how long each waits"

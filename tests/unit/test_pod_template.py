@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from configmirror_testing.cluster import REPO
 from configmirror_testing.pod import PodSpecError, PodTemplate, memory_bytes, milli_cpu
-from tests.conftest import REPO
 
 DEPLOYMENT = yaml.safe_load((REPO / "deploy" / "deployment.yaml").read_text())
 

@@ -37,7 +37,7 @@ from configmirror.replicator import (
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import ON_DELETE, PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.store import Store
-from tests.unit.test_plan import cached, ns, plain, puller, replica_of, source
+from configmirror_testing.builders import cached, ns, plain, puller, replica_of, source
 
 TARGET = target_key(CONFIGMAP, "a", "cfg")
 SOURCE = source_key(CONFIGMAP, "src", "cfg")

@@ -8,7 +8,7 @@ import pytest
 from pytest_mock import MockerFixture
 
 from configmirror.events import EventRecorder
-from configmirror.kube import ApiError, Kube
+from configmirror.kube import ApiError
 from configmirror.model import (
     CONFIGMAP,
     SECRET,
@@ -27,7 +27,8 @@ from configmirror.replicator import Expectations, Replicator, redacted
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import REPLICATE_TO, Scope
 from configmirror.store import Store
-from tests.unit.test_plan import cached, ns, source
+from configmirror_testing.builders import cached, ns, source
+from configmirror_testing.fakekube import FakeKube
 
 
 def replicator(mocker: MockerFixture, status: int, watching: bool
@@ -38,8 +39,7 @@ def replicator(mocker: MockerFixture, status: int, watching: bool
     objects.upsert(src.key, src)
     for name in ("src", "a"):
         namespaces.upsert(name, ns(name))
-    kube = mocker.create_autospec(Kube, instance=True)
-    kube.request.side_effect = ApiError(status, "Reason", "message", "create", "/p")
+    kube = FakeKube(failures=[ApiError(status, "Reason", "message", "create", "/p")])
     recorder = mocker.create_autospec(EventRecorder, instance=True)
     return Replicator(kube, Caches(objects, namespaces, CONFIGMAP),
                       Scope.from_flags("*", DEFAULT_EXCLUDED), recorder,
@@ -90,11 +90,10 @@ def test_no_secret_value_reaches_an_error_or_an_event_whatever_the_server_echoes
     objects.upsert(src.key, src)
     for name in ("src", "a"):
         namespaces.upsert(name, ns(name))
-    kube = mocker.create_autospec(Kube, instance=True)
     # A server message that echoes the value as sent, decoded, and inside other text.
-    kube.request.side_effect = ApiError(
+    kube = FakeKube(failures=[ApiError(
         status, "Reason", f'data[token]: Invalid value: "{MARKER}" ({ENCODED}), x{MARKER}y',
-        "create", "/api/v1/namespaces/a/secrets")
+        "create", "/api/v1/namespaces/a/secrets")], resource="secrets")
     recorder = mocker.create_autospec(EventRecorder, instance=True)
     r = Replicator(kube, Caches(objects, namespaces, SECRET),
                    Scope.from_flags("src", DEFAULT_EXCLUDED), recorder,

@@ -21,7 +21,7 @@ from configmirror.model import target_key as any_target_key
 from configmirror.plan import desired_body
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING, Scope
-from tests.unit.test_plan import cached, ns, plain, source
+from configmirror_testing.builders import cached, ns, plain, source
 
 SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
 

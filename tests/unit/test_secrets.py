@@ -14,7 +14,7 @@ from configmirror.plan import decide, desired_body, nothing_admitted, plan_sourc
 from configmirror.replicator import redacted
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import COPY_KEYS, REPLICA_TYPE, REPLICATE_TO, Scope
-from tests.unit.test_plan import AT_ONCE, cached, ns, world
+from configmirror_testing.builders import AT_ONCE, cached, ns, world
 
 SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
 CERT = base64.b64encode(b"-----BEGIN CERTIFICATE----- marker-123 -----END").decode()

@@ -17,8 +17,8 @@ from configmirror.metrics import Metrics
 from configmirror.reconcile import Result, RetryableError, ServerUnavailable, TerminalError
 from configmirror.servergate import RETRY_AFTER_FLOOR, ServerBackoff, ServerGate
 from configmirror.workqueue import WorkQueue
+from configmirror_testing.scrape import controller_sample as sample
 from configmirror_testing.wait import wait_for
-from tests.unit.test_controller import sample
 
 
 def gated(queue: WorkQueue[str], reconcile: Callable[[str], Result], workers: int,

@@ -8,7 +8,7 @@ from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_sou
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.status import Failure, KindView, Problem, namespace_status, source_status
-from tests.unit.test_plan import (
+from configmirror_testing.builders import (
     AT_ONCE,
     SCOPE,
     cached,

@@ -1,0 +1,117 @@
+"""Builders of the objects and caches the unit tests plan over: sources, replicas, plain
+ConfigMaps and namespaces as the operator's caches hold them, the caches themselves (real
+stores, as an informer fills them) and plan_source over them.
+
+    src = source({REPLICATE_TO: "a,b"})
+    p = plan(src, [ns("a"), ns("b")], others=[replica_of(src, "a")])
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, TypeAlias
+
+from configmirror.model import (
+    CONFIGMAP,
+    CachedObject,
+    Caches,
+    Kind,
+    Namespace,
+    namespace_from_json,
+    object_indexers,
+)
+from configmirror.plan import (
+    Admitted,
+    Grace,
+    ReplicationPlan,
+    desired_body,
+    nothing_admitted,
+    plan_source,
+)
+from configmirror.settings import DEFAULT_EXCLUDED
+from configmirror.spec import PULL, REPLICATE_TO, Scope
+from configmirror.store import Store
+from configmirror_testing import objects
+
+KEY = "src/cfg"
+AT_ONCE = Grace.from_now(0.0)  # --delete-grace 0s: removals are due at once
+SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)
+ConfigMap: TypeAlias = CachedObject  # what most builders make
+
+
+def cached(raw: dict[str, Any], kind: Kind = CONFIGMAP) -> CachedObject:
+    return objects.cached(raw, kind)
+
+
+def source(annotations: dict[str, str] | None = None, data: dict[str, str] | None = None,
+           labels: dict[str, str] | None = None, immutable: bool = False,
+           namespace: str = "src", name: str = "cfg", rv: str = "10",
+           created: str = "2026-01-01T00:00:00Z") -> ConfigMap:
+    raw: dict[str, Any] = {
+        "metadata": {"namespace": namespace, "name": name, "uid": f"u-{namespace}",
+                     "resourceVersion": rv, "creationTimestamp": created,
+                     "labels": labels or {},
+                     "annotations": {REPLICATE_TO: "*"} if annotations is None else annotations},
+        "data": {"k": "v"} if data is None else data}
+    if immutable:
+        raw["immutable"] = True
+    return cached(raw)
+
+
+def replica_of(src: ConfigMap, namespace: str, rv: str = "20", **edits: Any) -> ConfigMap:
+    """A cached replica as the operator would have written it (optionally hand-edited)."""
+    body = copy.deepcopy(desired_body(src, namespace))
+    body["metadata"].update(uid=f"r-{namespace}", resourceVersion=rv)
+    body.update(edits)
+    return cached(body)
+
+
+def plain(namespace: str, name: str = "cfg", annotations: dict[str, str] | None = None
+          ) -> ConfigMap:
+    return cached({"metadata": {"namespace": namespace, "name": name, "uid": "p",
+                                "resourceVersion": "5", "annotations": annotations or {}},
+                   "data": {"mine": "x"}})
+
+
+def ns(name: str, labels: dict[str, str] | None = None, terminating: bool = False) -> Namespace:
+    raw: dict[str, Any] = {"metadata": {"name": name, "labels": labels or {},
+                                        "resourceVersion": "1"}}
+    if terminating:
+        raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        raw["status"] = {"phase": "Terminating"}
+    return namespace_from_json(raw)
+
+
+def world(objects: list[CachedObject], namespaces: list[Namespace],
+          kind: Kind = CONFIGMAP) -> Caches:
+    """The caches holding exactly these objects and namespaces (real stores, as an
+    informer fills them)."""
+    store: Store[CachedObject] = Store(object_indexers())
+    for obj in objects:
+        store.upsert(obj.key, obj)
+    spaces: Store[Namespace] = Store()
+    for namespace in namespaces:
+        spaces.upsert(namespace.name, namespace)
+    return Caches(store, spaces, kind)
+
+
+def plan(src: ConfigMap | None, namespaces: list[Namespace],
+         others: list[ConfigMap] = (), scope: Scope | None = None,  # type: ignore[assignment]
+         key: str = KEY, home: bool = True, admitted: Admitted = nothing_admitted,
+         grace: Grace | None = None) -> ReplicationPlan:
+    """plan_source over these caches; the source's own namespace is cached unless `home`
+    is False (unlabelled: add it to `namespaces` to give it labels)."""
+    if src is not None and home and all(n.name != src.namespace for n in namespaces):
+        namespaces = [*namespaces, ns(src.namespace)]
+    w = world([*([src] if src else []), *others], namespaces)
+    return plan_source(key, w, w.get, scope or SCOPE, admitted, grace or AT_ONCE)
+
+
+def kinds(p: ReplicationPlan) -> list[tuple[str, str]]:
+    return [(a.kind, a.namespace) for a in p.actions]
+
+
+def puller(name: str, pull: str, labels: dict[str, str] | None = None) -> Namespace:
+    return namespace_from_json({"metadata": {"name": name, "labels": labels or {},
+                                             "resourceVersion": "1", "uid": f"n-{name}",
+                                             "annotations": {PULL: pull}}})

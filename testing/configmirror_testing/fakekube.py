@@ -1,0 +1,114 @@
+"""The one stand-in for configmirror.kube.Kube in unit tests of pure logic and error paths.
+
+`FakeKube.request` answers as the API server would for one resource's objects (`resource`,
+ConfigMaps by default) held in `objects` by "namespace/name": create (409 if it exists),
+update and delete with their resourceVersion preconditions (409), update of an immutable
+object (422), a JSON merge patch of metadata (releasing a replica), 404 for what is not
+there. Requests for other resources (Events) succeed with an empty answer. Every request is
+recorded; a test queues the failures the next requests get (`failures`, None for one that
+succeeds), and reads each write with what it replaced and when (`writes`, on `clock`).
+Tests that talk to a real API server use configmirror_testing.controlplane instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from configmirror.clock import Clock, FakeClock
+from configmirror.kube import ApiError
+
+
+@dataclass(frozen=True)
+class Write:
+    """One write the fake stored: its verb, the object's key, the object before and after
+    (None where there was none), and when (the clock's time)."""
+
+    verb: str
+    key: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    at: float
+
+
+@dataclass
+class FakeKube:
+    """A Kube's request() over a store of objects; thread-safe (the recorder's writer thread
+    and a test read it at once)."""
+
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    clock: Clock = field(default_factory=FakeClock)
+    resource: str = "configmaps"
+    revision: int = 1
+    requests: list[tuple[str, str, Any]] = field(default_factory=list)  # (verb, path, body)
+    failures: list[ApiError | None] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def request(self, verb: str, path: str, query: Any = None, body: Any = None,
+                **_options: Any) -> dict[str, Any]:
+        with self._lock:
+            self.requests.append((verb, path, body))
+            if self.failures and (failure := self.failures.pop(0)) is not None:
+                raise failure
+            parts = path.strip("/").split("/")  # api v1 namespaces NS RESOURCE [NAME]
+            if len(parts) < 5 or parts[4] != self.resource:
+                return {}
+            name = parts[5] if len(parts) > 5 else body["metadata"]["name"]
+            return self._answer(verb, path, f"{parts[3]}/{name}", body)
+
+    def written(self) -> list[tuple[str, str, Any]]:
+        """Every request so far (a copy)."""
+        with self._lock:
+            return list(self.requests)
+
+    def _answer(self, verb: str, path: str, key: str, body: Any) -> dict[str, Any]:
+        stored = self.objects.get(key)
+        if verb == "create":
+            if stored is not None:
+                raise ApiError(409, "AlreadyExists", f"{key} exists", verb, path)
+            return self._store(verb, key, None, body)
+        if stored is None:
+            raise ApiError(404, "NotFound", f"{key} not found", verb, path)
+        version = stored["metadata"]["resourceVersion"]
+        if verb == "get":
+            return copy.deepcopy(stored)
+        if verb == "update":
+            if body["metadata"].get("resourceVersion") != version:
+                raise ApiError(409, "Conflict", "the object has been modified", verb, path)
+            if stored.get("immutable"):
+                raise ApiError(422, "Invalid", "field is immutable", verb, path)
+            return self._store(verb, key, stored, body)
+        if verb == "patch":  # a JSON merge patch of metadata
+            changes = copy.deepcopy(body["metadata"])
+            if changes.pop("resourceVersion", version) != version:
+                raise ApiError(409, "Conflict", "the object has been modified", verb, path)
+            patched = copy.deepcopy(stored)
+            for field_name, values in changes.items():
+                into = patched["metadata"].setdefault(field_name, {})
+                for k, v in values.items():
+                    if v is None:
+                        into.pop(k, None)
+                    else:
+                        into[k] = v
+            return self._store(verb, key, stored, patched)
+        if verb != "delete":
+            raise ApiError(405, "MethodNotAllowed", f"{verb} is not served here", verb, path)
+        precondition = ((body or {}).get("preconditions") or {}).get("resourceVersion")
+        if precondition not in (None, version):
+            raise ApiError(409, "Conflict", "precondition failed", verb, path)
+        del self.objects[key]
+        self.revision += 1
+        self.writes.append(Write(verb, key, stored, None, self.clock.now()))
+        return {}
+
+    def _store(self, verb: str, key: str, before: dict[str, Any] | None,
+               body: dict[str, Any]) -> dict[str, Any]:
+        self.revision += 1
+        stored = copy.deepcopy(body)
+        stored["metadata"].update(uid=f"w-{self.revision}", resourceVersion=str(self.revision))
+        self.objects[key] = stored
+        self.writes.append(Write(verb, key, before, copy.deepcopy(stored), self.clock.now()))
+        return copy.deepcopy(stored)

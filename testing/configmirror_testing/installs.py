@@ -1,0 +1,105 @@
+"""What an install of configmirror must do wherever it is put, in any namespace under any
+name: shared by the kustomize overlay test (test_deploy.py) and the chart's (test_chart.py).
+
+The operator runs as a local process holding only a TokenRequest token of the install's
+ServiceAccount, with the flags the install's Deployment passes (its ports aside: the process
+binds its own), and the namespace its pod would get from the downward API.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from configmirror.spec import REPLICATE_TO
+from configmirror_testing.wait import wait_for
+from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.e2e import Operators, configmap, events, wait_replica
+
+LISTED, UNLISTED = "wildcard-tls", "db-password"
+SOURCE_LABEL = {"configmirror.io/source": "true"}
+# Where the pod listens; a local process binds ports of its own.
+POD_ONLY = ("--metrics-bind-address", "--health-probe-bind-address")
+
+
+def deployment_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def operator_flags(docs: list[dict[str, Any]]) -> list[str]:
+    """The install's `configmirror run` flags, less the pod's listen addresses."""
+    args = deployment_container(docs)["args"]
+    assert args[0] == "run", args
+    return [a for a in args[1:] if not a.startswith(POD_ONLY)]
+
+
+def service_account(docs: list[dict[str, Any]]) -> tuple[str, str]:
+    """(namespace, name) of the install's one ServiceAccount."""
+    (sa,) = [d for d in docs if d["kind"] == "ServiceAccount"]
+    return sa["metadata"]["namespace"], sa["metadata"]["name"]
+
+
+def create_secret(kubeconfig: Path, namespace: str, name: str,
+                  annotations: dict[str, str] | None = None, dry_run: bool = False) -> int:
+    """Create Secret `name` as `kubeconfig`'s user: 201, or the status it was refused with.
+    A dry run passes admission as a create does, and writes nothing."""
+    core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    body = {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "data": {"k": base64.b64encode(b"v").decode()}}
+    try:
+        core.create_namespaced_secret(namespace, body, dry_run="All" if dry_run else None)
+    except client.ApiException as err:
+        return int(err.status)
+    return 201
+
+
+def read_secret(cluster: Cluster, namespace: str, name: str) -> client.V1Secret | None:
+    try:
+        return cluster.core.read_namespaced_secret(name, namespace)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def check_install(cluster: Cluster, operators: Operators, namespaces: Namespaces,
+                  docs: list[dict[str, Any]], kubeconfig: Path, lease: str) -> None:
+    """The operator of the install rendered as `docs` (its ServiceAccount's token in
+    `kubeconfig`) leads with Lease `lease` in its own namespace, replicates a ConfigMap and a
+    listed Secret, writes its Events, and is refused a Secret of an unlisted name by the
+    admission policy, which leaves every other client alone."""
+    home, _ = service_account(docs)
+    src, target = namespaces(SOURCE_LABEL), namespaces()
+    # The install's Secret sources are namespaces an admin names; this test's is src.
+    operator = operators(*operator_flags(docs), f"--secret-source-namespaces={src}",
+                         kubeconfig=kubeconfig,
+                         env={"CONFIGMIRROR_LEADER_ELECTION_NAMESPACE": home})
+    wait_for(lambda: operator.metric("configmirror_leader") == 1, what="the operator to lead")
+    holder = client.CoordinationV1Api(cluster.api_client).read_namespaced_lease(
+        lease, home).spec.holder_identity
+    assert holder, f"Lease {home}/{lease} has no holder"
+
+    cluster.core.create_namespaced_config_map(src, configmap(
+        "cfg", {REPLICATE_TO: target}, data={"v": "1"}))
+    assert create_secret(cluster.kubeconfig, src, LISTED, {REPLICATE_TO: target}) == 201
+    wait_replica(cluster, target, {"v": "1"}, timeout=30)
+    wait_for(lambda: read_secret(cluster, target, LISTED), timeout=30,
+             what=f"the replica {target}/{LISTED}")
+    wait_for(lambda: events(cluster, src, "cfg", "Replicated"), timeout=30,
+             what="the operator's Replicated Event on the source")
+
+    # RBAC lets the ServiceAccount create any Secret; the admission policy must refuse it
+    # every name but the listed ones (a policy takes a moment to be in force: dry runs until
+    # it is, then a real create).
+    wait_for(lambda: create_secret(kubeconfig, target, UNLISTED, dry_run=True) == 403,
+             timeout=30, what="the admission policy to refuse an unlisted Secret name")
+    assert create_secret(kubeconfig, target, UNLISTED) == 403
+    assert read_secret(cluster, target, UNLISTED) is None
+    assert create_secret(cluster.kubeconfig, target, UNLISTED) == 201, \
+        "the policy holds back the operator's ServiceAccount only"

@@ -1,0 +1,173 @@
+"""The fixtures every tier but unit shares: operators started (and stopped) for one test, the
+operator flavours a suite runs against, deploy/ applied, the image built from this tree, helm,
+the kind cluster of the node tier, cosign, a registry and a release. The helpers they hand out
+are configmirror_testing.e2e's.
+
+The operator process itself is `configmirror_testing.operator.OperatorProcess`, the one
+launcher the tests, the benchmarks and `make demo` share. Operators run with default flags
+unless a test passes its own.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from configmirror import __version__
+from configmirror_testing.cluster import (
+    REPO,
+    Cluster,
+    require,
+    require_docker,
+    require_kind,
+)
+from configmirror_testing.e2e import *  # noqa: F403  (the helpers, for modules not moved yet)
+from configmirror_testing.e2e import (
+    COSIGN_PASSWORD,
+    IN_CLUSTER,
+    NODE_TIER,
+    RELEASE_PATH,
+    Flavour,
+    Operators,
+)
+from configmirror_testing.helm import Helm
+from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
+from configmirror_testing.operator import OperatorProcess
+from configmirror_testing.pod import build_image, remove_image
+from configmirror_testing.registry import Registry, registry_missing
+from configmirror_testing.release import Release, generate_key_pair, publish, release_missing
+from configmirror_testing.tools import require_tool
+
+# The operators of a suite that takes `flavour` (test_replication.py): once per flavour.
+FLAVOURS = ["in-cluster"] if IN_CLUSTER else ["process", "deploy-rbac"]
+
+
+@pytest.fixture
+def operators(cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest
+              ) -> Iterator[Operators]:
+    """The operators of one test: of its flavour when it takes one, else local processes."""
+    if "flavour" in request.fixturenames:
+        ops = request.getfixturevalue("flavour").operators(tmp_path)
+    else:
+        ops = Operators(cluster, tmp_path)
+    try:
+        yield ops
+    finally:
+        ops.stop_all()
+
+
+@pytest.fixture
+def operator(operators: Operators) -> OperatorProcess:
+    """A running operator with default flags."""
+    return operators()
+
+
+# -- shared by several modules ------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def deploy_applied(cluster: Cluster) -> Cluster:
+    """deploy/ applied for real on the local control plane (no kubelet here, so its pods never
+    run; its RBAC is real)."""
+    cluster.require_plane().kubectl("apply", "-k", str(REPO / "deploy"))
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def deploy_sa_kubeconfig(deploy_applied: Cluster,
+                         tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig holding only a TokenRequest token of deploy/'s ServiceAccount."""
+    return deploy_applied.token_kubeconfig("configmirror", "configmirror",
+                                           tmp_path_factory.mktemp("sa") / "kubeconfig")
+
+
+@pytest.fixture(scope="module", params=FLAVOURS)
+def flavour(request: pytest.FixtureRequest, cluster: Cluster) -> Flavour:
+    """The operator a suite that takes this fixture runs against, once per flavour (each test
+    reported by name with the flavour's id): a local process as the cluster's admin, one with
+    only deploy/'s ServiceAccount token (its RBAC is enough), or, against a deployed operator
+    (CONFIGMIRROR_E2E_OPERATOR=in-cluster: make kind-test), that one."""
+    name = str(request.param)
+    if name == "deploy-rbac":
+        return Flavour(name, cluster, identity=request.getfixturevalue("deploy_sa_kubeconfig"))
+    return Flavour(name, cluster, deployed=name == "in-cluster")
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The image as `make image` builds it from this tree (or CONFIGMIRROR_E2E_IMAGE's)."""
+    require_docker()
+    given = os.environ.get("CONFIGMIRROR_E2E_IMAGE")
+    if given:
+        yield given
+        return
+    tag = f"configmirror-e2e:{secrets.token_hex(4)}"
+    build_image(REPO, tag, tmp_path_factory.mktemp("image") / "build.log")
+    try:
+        yield tag
+    finally:
+        remove_image(tag)
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """helm as `make helm` builds it, with its homes in a temp folder."""
+    return Helm(require_tool("helm") / "helm", tmp_path_factory.mktemp("helm-home"))
+
+
+@pytest.fixture(scope="session")
+def node_cluster(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A kind cluster (configmirror_testing.kind) of the node image, holding the image under
+    test, shared by the node tier's modules; its nodes' logs are kept in the session's temp
+    folder. Clusters a killed run left behind go first."""
+    tools = require_kind()
+    folder = tmp_path_factory.mktemp("kind")
+    kind = KindCluster(tools.kind, owned_name(NODE_TIER), tools.node_image, tools.kubectl,
+                       folder, logs_to=folder / "logs")
+    for orphan in remove_orphans(tools.kind, NODE_TIER, kind.env):
+        print(f"removed kind cluster {orphan}: its owner process is gone")
+    kind.start()
+    try:
+        kind.load_docker_image(image)
+        yield Cluster(kind.kubeconfig, None, kind)
+    finally:
+        kind.stop()
+        print(f"kind cluster {kind.name} ({tools.node_image}, {kind.provider}) logs: "
+              f"{folder / 'logs'}")
+
+
+# -- the release (make release) and a registry to publish it to ----------------------------------
+
+@pytest.fixture(scope="session")
+def cosign() -> Path:
+    """cosign as `make cosign` builds it (built here in CI)."""
+    return require_tool("cosign") / "cosign"
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """Debian's docker-registry on 127.0.0.1, plain HTTP, for the session."""
+    require(registry_missing())
+    with Registry(tmp_path_factory.mktemp("registry")) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def release(registry: Registry, cosign: Path, tmp_path_factory: pytest.TempPathFactory
+            ) -> Release:
+    """`make release REGISTRY=<registry>/e2e VERSION=<configmirror's>`, signed with a key pair
+    made for the session; dist/ in a temp folder."""
+    require(release_missing())
+    folder = tmp_path_factory.mktemp("release")
+    key, _ = generate_key_pair(cosign, folder / "keys", COSIGN_PASSWORD)
+    log = folder / "make-release.log"
+    try:
+        return publish(registry, RELEASE_PATH, __version__, folder / "dist", log,
+                       key=key, password=COSIGN_PASSWORD)
+    finally:
+        print(f"make release log: {log}")
+
+
