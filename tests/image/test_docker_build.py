@@ -5,7 +5,7 @@ Here PyPI's certificate verifies only with this machine's CA bundle, which the b
 way the Dockerfile documents it: a BuildKit secret, mounted for the one RUN that downloads.
 The test then reads every layer of the image (`docker save`) and proves none holds a
 certificate of that bundle that the base image did not ship, nor the bundle itself.
-`make image` (the offline target) is what tests/e2e/test_pod.py builds and runs.
+`make image` (the offline target) is what tests/image/test_pod.py builds and runs.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from configmirror import __version__
-from configmirror_testing.pod import docker, remove_image
 from configmirror_testing.cluster import REPO, missing, require_docker
+from configmirror_testing.pod import docker, remove_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 PEM = re.compile(rb"-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+?-----END CERTIFICATE-----")

@@ -31,11 +31,11 @@ from configmirror_testing.chart import (
     yaml_diff,
 )
 from configmirror_testing.cluster import REPO, Cluster, Namespaces, unique_name
+from configmirror_testing.e2e import Operators
 from configmirror_testing.helm import Helm, release_objects
 from configmirror_testing.helm import cluster_scoped_objects as all_cluster_scoped
-from configmirror_testing.wait import WaitTimeout, wait_for
-from configmirror_testing.e2e import Operators
 from configmirror_testing.installs import check_install, service_account
+from configmirror_testing.wait import WaitTimeout, wait_for
 
 pytestmark = pytest.mark.controlplane
 SECRET_NAMES = ["wildcard-tls", "registry-credentials"]

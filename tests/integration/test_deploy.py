@@ -15,8 +15,8 @@ import yaml
 from configmirror.spec import REPLICATE_TO
 from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, configmap, events, read
-from configmirror_testing.wait import wait_for
 from configmirror_testing.installs import check_install, operator_flags, service_account
+from configmirror_testing.wait import wait_for
 
 pytestmark = pytest.mark.controlplane
 SA = "system:serviceaccount:configmirror:configmirror"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from configmirror_testing.cluster import REPO, Cluster
 from configmirror_testing.controlplane import ControlPlane
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.wait import wait_for
-from configmirror_testing.cluster import REPO, Cluster
 
 pytestmark = pytest.mark.controlplane
 # What the kind cluster, the image and deploy/ provide; the test provides them otherwise.
