@@ -15,9 +15,9 @@ from typing import Any
 from kubernetes import client, config
 
 from configmirror.spec import REPLICATE_TO
-from configmirror_testing.wait import wait_for
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import Operators, configmap, events, wait_replica
+from configmirror_testing.wait import wait_for
 
 LISTED, UNLISTED = "wildcard-tls", "db-password"
 SOURCE_LABEL = {"configmirror.io/source": "true"}
@@ -48,12 +48,13 @@ def create_secret(kubeconfig: Path, namespace: str, name: str,
                   annotations: dict[str, str] | None = None, dry_run: bool = False) -> int:
     """Create Secret `name` as `kubeconfig`'s user: 201, or the status it was refused with.
     A dry run passes admission as a create does, and writes nothing."""
-    core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))  # type: ignore[no-untyped-call]
     body = {"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": name, "annotations": annotations or {}},
             "data": {"k": base64.b64encode(b"v").decode()}}
     try:
-        core.create_namespaced_secret(namespace, body, dry_run="All" if dry_run else None)
+        core.create_namespaced_secret(namespace, body,  # type: ignore[arg-type]
+                                     dry_run="All" if dry_run else None)
     except client.ApiException as err:
         return int(err.status)
     return 201
@@ -81,11 +82,11 @@ def check_install(cluster: Cluster, operators: Operators, namespaces: Namespaces
                          kubeconfig=kubeconfig,
                          env={"CONFIGMIRROR_LEADER_ELECTION_NAMESPACE": home})
     wait_for(lambda: operator.metric("configmirror_leader") == 1, what="the operator to lead")
-    holder = client.CoordinationV1Api(cluster.api_client).read_namespaced_lease(
-        lease, home).spec.holder_identity
+    spec = client.CoordinationV1Api(cluster.api_client).read_namespaced_lease(lease, home).spec
+    holder = spec.holder_identity if spec else None
     assert holder, f"Lease {home}/{lease} has no holder"
 
-    cluster.core.create_namespaced_config_map(src, configmap(
+    cluster.core.create_namespaced_config_map(src, configmap(  # type: ignore[arg-type]
         "cfg", {REPLICATE_TO: target}, data={"v": "1"}))
     assert create_secret(cluster.kubeconfig, src, LISTED, {REPLICATE_TO: target}) == 201
     wait_replica(cluster, target, {"v": "1"}, timeout=30)
