@@ -276,7 +276,7 @@ class _Converter:
             if globs is not None and (not s.selector or _selector_ok(s.selector)):
                 exact = (globs, s.selector)
         else:
-            exact = self._literal_intersection(narrowing, home, change)
+            exact = self._intersection(narrowing, home)
         if exact is not None:
             globs, selector = exact
             if globs:
@@ -296,21 +296,44 @@ class _Converter:
         if listed:
             change.annotations[names] = ", ".join(listed)
 
-    def _literal_intersection(self, narrowing: list[_Set], home: str, change: Change
-                              ) -> tuple[list[str], str] | None:
-        """Two lists that must both match: exact names when one side is literal names and
-        no side is a label selector (the names are checked against the other side)."""
+    def _intersection(self, narrowing: list[_Set], home: str) -> tuple[list[str], str] | None:
+        """Lists that must all match, without selectors: the globs of each pair where one
+        contains the other (a literal name is checked against the other glob); None when a
+        pair overlaps otherwise, which no glob list says."""
         if any(s.selector for s in narrowing):
             return None
-        for s in narrowing:
-            globs = self.globs(s)
-            if globs is None or any(set(g) & set("*?[") for g in globs):
-                continue
-            others = [o for o in narrowing if o is not s]
-            names = [g for g in dict.fromkeys(globs) if g != home
-                     and all(self.selects(o, Namespace(g), change) for o in others)]
-            return names, ""
-        return None
+        lists = [self.globs(s) for s in narrowing]
+        if any(g is None for g in lists):
+            return None
+        kept: list[str] = lists[0] or []
+        for other in lists[1:]:
+            pairs = []
+            for a in kept:
+                for b in other or []:
+                    both = glob_meet(a, b)
+                    if both is None:
+                        return None
+                    pairs += both
+            kept = list(dict.fromkeys(pairs))
+        return [g for g in kept if g != home], ""
+
+
+def glob_meet(a: str, b: str) -> list[str] | None:
+    """The names both globs match, as a glob list ([] for none), or None when unknown."""
+    if _glob_within(a, b):
+        return [a]
+    if _glob_within(b, a):
+        return [b]
+    if not set(a) & set("*?") or not set(b) & set("*?"):
+        return []  # a literal name the other glob does not match
+    return None
+
+
+def _glob_within(g: str, h: str) -> bool:
+    """Whether every name glob `g` matches also matches glob `h` (sound, not complete: `*` in
+    `h` takes any part of `g`, `?` one character or `?` of it, a letter only that letter)."""
+    pattern = "".join(".*" if c == "*" else "[^*]" if c == "?" else re.escape(c) for c in h)
+    return re.fullmatch(pattern, g) is not None
 
 
 def _selector_ok(text: str) -> bool:
@@ -378,11 +401,14 @@ def migrate(tool: str, objects: Iterable[Found], namespaces: Iterable[Namespace]
         if change.annotations:
             # Replicas copy the source's annotations: the old tool's would make each replica a
             # source of that tool while it still runs.
-            copied = a.get(COPY_ANNOTATIONS, "*")
-            change.annotations[COPY_ANNOTATIONS] = f"{copied}, !{prefix}*"
-            parse_key_patterns(change.annotations[COPY_ANNOTATIONS], COPY_ANNOTATIONS)
+            copied = f"{a.get(COPY_ANNOTATIONS, '*')}, !{prefix}*"
+            try:
+                parse_key_patterns(copied, COPY_ANNOTATIONS)
+                change.annotations[COPY_ANNOTATIONS] = copied
+            except InvalidSpec as err:
+                change.warnings.append(f"{err}: fix it, and add !{prefix}* to it")
         for key, value in change.annotations.items():
-            if key in a and a[key] != value:
+            if key in a and a[key] != value and key != COPY_ANNOTATIONS:  # that one extends
                 change.warnings.append(f"it has {key}={a[key]!r} already; this replaces it")
         sources[(obj.kind, obj.namespace, obj.name)] = change
     changes = list(sources.values())
@@ -487,6 +513,3 @@ def _pull_of(tool: str, obj: Found) -> tuple[str, str] | None:
                  f"{obj.name}: point what reads {obj.name} at {name}")
     return f"{kind}{namespace}/{name}", fault
 
-
-__all__ = ["TOOLS", "Change", "Found", "InvalidSpec", "Migration", "Namespace", "entry_glob",
-           "entry_matches", "migrate", "regex_to_glob"]

@@ -28,6 +28,7 @@ from configmirror.migrate import (
     Namespace,
     entry_glob,
     entry_matches,
+    glob_meet,
     migrate,
     regex_to_glob,
 )
@@ -159,6 +160,41 @@ def test_reflector_intersection_of_literal_names_and_a_glob_is_the_names_it_keep
     assert result.exact
 
 
+def test_reflector_intersection_of_a_glob_and_a_wider_list_is_the_narrower_glob() -> None:
+    result = migrate(REFLECTOR, [cm("platform", "ca", **{
+        RF + "reflection-allowed": "true", RF + "reflection-allowed-namespaces": "team-.*,prod",
+        RF + "reflection-auto-enabled": "true", RF + "reflection-auto-namespaces": "team-.*"})],
+        NAMESPACES)
+    [change] = result.changes
+    assert change.annotations[REPLICATE_TO] == "team-*"
+    assert result.exact
+
+
+def test_reflector_intersection_of_overlapping_globs_is_todays_names_with_a_warning() -> None:
+    result = migrate(REFLECTOR, [cm("platform", "ca", **{
+        RF + "reflection-allowed": "true", RF + "reflection-allowed-namespaces": "team-.*",
+        RF + "reflection-auto-enabled": "true", RF + "reflection-auto-namespaces": ".*-b"})],
+        NAMESPACES)
+    [change] = result.changes
+    assert change.annotations[REPLICATE_TO] == "team-b"
+    assert "created later" in change.warnings[0] and not result.exact
+
+
+@given(st.sampled_from(["a*", "*b", "a?", "ab", "a*b", "*", "?*", "a-*", "?b", "b"]),
+       st.sampled_from(["a*", "*b", "a?", "ab", "a*b", "*", "?*", "a-*", "?b", "b"]),
+       st.lists(st.from_regex(r"[ab-]{1,5}", fullmatch=True), min_size=1, max_size=30))
+def test_aglob_meet_matches_exactly_what_both_globs_match(a: str, b: str,
+                                                           names: list[str]) -> None:
+    both = glob_meet(a, b)
+    if both is None:
+        return
+    left, right = parse_patterns(a), parse_patterns(b)
+    met = parse_patterns(", ".join(both)) if both else None
+    for name in names:
+        assert (met is not None and met.matches(name)) == (
+            left.matches(name) and right.matches(name)), (a, b, both, name)
+
+
 def test_an_expression_no_glob_says_lists_todays_namespaces_and_warns() -> None:
     result = migrate(REFLECTOR, [cm("platform", "ca", **{
         RF + "reflection-allowed": "true", RF + "reflection-auto-enabled": "true",
@@ -267,3 +303,20 @@ def test_yaml_is_partial_objects_with_the_annotations() -> None:
                 REPLICATE_TO: "team-*", COPY_ANNOTATIONS: f"*, !{RP}*"}}},
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {
             "name": "team-a", "annotations": {PULL: "platform/ca"}}}]
+
+
+def test_a_copy_annotations_that_does_not_parse_needs_a_human_and_stops_nothing_else() -> None:
+    result = migrate(REPLICATOR, [
+        cm("platform", "ca", **{RP + "replicate-to": "prod", COPY_ANNOTATIONS: "[z-a]"}),
+        cm("platform", "ok", **{RP + "replicate-to": "prod"})], NAMESPACES)
+    bad, good = result.changes
+    assert COPY_ANNOTATIONS not in bad.annotations and bad.annotations[REPLICATE_TO] == "prod"
+    assert COPY_ANNOTATIONS in bad.warnings[0]
+    assert good.annotations[COPY_ANNOTATIONS] == f"*, !{RP}*" and not good.warnings
+
+
+def test_an_existing_copy_annotations_is_extended_not_replaced() -> None:
+    result = migrate(REPLICATOR, [cm("platform", "ca", **{
+        RP + "replicate-to": "prod", COPY_ANNOTATIONS: "team/*"})], NAMESPACES)
+    [change] = result.changes
+    assert change.annotations[COPY_ANNOTATIONS] == f"team/*, !{RP}*" and result.exact
