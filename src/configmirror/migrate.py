@@ -386,6 +386,8 @@ def migrate(tool: str, objects: Iterable[Found], namespaces: Iterable[Namespace]
                     pull_faults.setdefault(obj.namespace, []).append(fault)
                 if entry:
                     pulls.setdefault(obj.namespace, []).append(entry)
+            elif change.notes:  # a source the tool ignores: say why nothing converts
+                sources[(obj.kind, obj.namespace, obj.name)] = change
             continue
         if pushes is not None:
             convert.convert(pushes, obj.namespace, REPLICATE_TO, REPLICATE_TO_MATCHING, change)

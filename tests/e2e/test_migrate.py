@@ -24,7 +24,7 @@ import yaml
 
 from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO
 from tests.conftest import Cluster, Namespaces, unique_name
-from tests.e2e.conftest import Operator, Operators, configmap, read, wait_replica
+from tests.e2e.conftest import Operators, configmap, read, wait_replica
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.operator_process]
 
@@ -131,7 +131,7 @@ def test_replicator_sources_applied_from_migrate_replicate_where_it_would(
 
 
 def test_expressions_no_glob_says_list_todays_namespaces_warn_and_exit_3(
-        cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
+        cluster: Cluster, namespaces: Namespaces) -> None:
     base = unique_name("mx")
     home = namespaces(name=f"{base}-platform")
     a, b = namespaces(name=f"{base}-a1"), namespaces(name=f"{base}-b22")

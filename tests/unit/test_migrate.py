@@ -229,7 +229,9 @@ def test_reflector_selectors_become_matching_annotations() -> None:
 def test_reflector_without_reflection_allowed_mirrors_nothing_so_nothing_converts() -> None:
     result = migrate(REFLECTOR, [cm("platform", "ca", **{
         RF + "reflection-auto-enabled": "true"})], NAMESPACES)
-    assert result.changes == [] and result.exact
+    [change] = result.changes
+    assert change.annotations == {} and "reflection-allowed is not true" in change.notes[0]
+    assert result.exact and "(nothing to apply)" in result.yaml()
 
 
 def test_a_manual_reflection_becomes_a_pull_and_auto_reflections_are_skipped() -> None:
@@ -272,7 +274,8 @@ def test_replicator_push_pull_and_consent() -> None:
 def test_replicator_consent_needs_the_namespace_list() -> None:
     result = migrate(REPLICATOR, [cm("platform", "shared", **{
         RP + "replication-allowed": "true"})], NAMESPACES)
-    assert result.changes == []
+    [change] = result.changes
+    assert change.annotations == {} and "--allow-all" in change.notes[0]
 
 
 def test_a_pull_under_another_name_needs_a_human() -> None:
