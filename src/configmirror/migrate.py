@@ -256,6 +256,8 @@ class _Converter:
     def globs(self, s: _Set) -> list[str] | None:
         out = []
         for entry in _entries(self.tool, ",".join(s.entries)):
+            if not entry.strip():
+                continue  # kubernetes-replicator's `^$`: it matches no namespace
             glob = entry_glob(self.tool, entry)
             if glob is None:
                 return None
@@ -481,6 +483,8 @@ def _replicator(obj: Found, change: Change) -> tuple[list[_Set] | None, list[_Se
                        selector=a.get(RP_TO_MATCHING, "").strip(), annotation=RP_TO)]
         if RP_TO not in a:
             pushes[0].annotation = RP_TO_MATCHING
+        if RP_TO_MATCHING in a and not a[RP_TO_MATCHING].strip():
+            pushes = [_Set(everything=True)]  # labels.Parse("") selects every namespace
     consents = None
     if _true(REPLICATOR, a.get(RP_ALLOWED)):
         if RP_ALLOWED_NAMESPACES in a:

@@ -323,3 +323,14 @@ def test_an_existing_copy_annotations_is_extended_not_replaced() -> None:
         RP + "replicate-to": "prod", COPY_ANNOTATIONS: "team/*"})], NAMESPACES)
     [change] = result.changes
     assert change.annotations[COPY_ANNOTATIONS] == f"team/*, !{RP}*" and result.exact
+
+
+def test_replicator_empty_entries_match_nothing_and_an_empty_selector_everything() -> None:
+    """strings.go lines 65-77 keep an empty entry (`^$`, no namespace); labels.Parse("") in
+    generic-replicator.go line 315 is the selector of every namespace."""
+    result = migrate(REPLICATOR, [
+        cm("platform", "a", **{RP + "replicate-to": "prod,"}),
+        cm("platform", "b", **{RP + "replicate-to-matching": ""})], NAMESPACES)
+    a, b = result.changes
+    assert a.annotations[REPLICATE_TO] == "prod" and not a.warnings
+    assert b.annotations[REPLICATE_TO] == "*"
