@@ -166,7 +166,9 @@ def flags_page() -> str:
                 continue
             longs = [o for o in action.option_strings if o.startswith("--")]
             if not longs and action.dest in flags:  # a short alias of a flag already listed
-                flags[action.dest]["flag"] += "".join(f", `{o}`" for o in action.option_strings)
+                flags[action.dest]["flag"] += "".join(
+                    f", `{o}`" for o in action.option_strings
+                    if f"`{o}`" not in flags[action.dest]["flag"])
                 continue
             if action.dest in flags:
                 if name not in flags[action.dest]["commands"]:

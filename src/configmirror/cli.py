@@ -1,4 +1,4 @@
-"""The `configmirror` command: `run`, `plan`, `status`, `wait`, `version` (also as
+"""The `configmirror` command: `run`, `plan`, `status`, `wait`, `migrate`, `version` (also as
 `kubectl configmirror ...`: the `kubectl-configmirror` entry point is the same program).
 
 Every flag can also be set by an environment variable: `--max-retries` is
@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=_prog(), description="Keeps ConfigMaps (and named Secrets) "
                      "replicated across namespaces. See README.md.")
     commands = parser.add_subparsers(dest="command",
-                                     metavar="{run,plan,status,wait,version}")
+                                     metavar="{run,plan,status,wait,migrate,version}")
     commands.required = True
 
     def cluster_flags(p: argparse.ArgumentParser) -> None:
@@ -160,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     _add(wait, "--kind", "configmap", "the kind of NS/NAME", choices=KIND_CHOICES)
     _add(wait, "--timeout", "5m", "how long to wait", duration)
 
+    _add_migrate(commands)
     commands.add_parser("version", help="print the version")
     return parser
 
@@ -181,7 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"configmirror {__version__}")
             return 0
         _setup_logging(args.log_format, args.log_level)
-        commands = {"run": _run, "plan": _plan, "status": _status, "wait": _wait}
+        commands = {"run": _run, "plan": _plan, "status": _status, "wait": _wait,
+                    "migrate": _migrate}
         return commands[args.command](args)
     except (UsageError, ConfigError) as err:
         print(f"{_prog()}: {err}", file=sys.stderr)
@@ -472,6 +474,82 @@ def _print_plans(plans: list[ReplicationPlan]) -> None:
     problems = sum(len(p.conflicts) + (p.invalid is not None) + (p.not_allowed is not None)
                    for p in plans)
     print(f"{len(plans)} source(s): {changes} change(s), {problems} problem(s)")
+
+
+# -- migrate: kubernetes-reflector's or kubernetes-replicator's annotations as ours ------------
+
+EXIT_NEEDS_A_HUMAN = 3
+
+
+def _add_migrate(commands: Any) -> None:
+    d = Settings()
+    migrate = commands.add_parser(
+        "migrate", help="print the configmirror annotations that mean what kubernetes-"
+        "reflector's or kubernetes-replicator's do; change nothing; exit 0 when every one "
+        "converts exactly, 3 when some need a human")
+    migrate.add_argument("--from", dest="tool", required=True,
+                         choices=("reflector", "kubernetes-replicator"),
+                         help="the tool whose annotations to convert")
+    _add(migrate, "--kubeconfig", d.kubeconfig, "kubeconfig file (default: in-cluster, then "
+         "$KUBECONFIG or ~/.kube/config)")
+    _add(migrate, "--context", d.context, "kubeconfig context")
+    _add(migrate, "--exclude-namespaces", d.exclude_namespaces, "the operator's "
+         "--exclude-namespaces: a target there today is reported, configmirror never writes "
+         "there")
+    _add(migrate, "--output", "text", "text, or yaml: partial objects for kubectl apply "
+         "(--server-side) or Git", choices=("text", "yaml"))
+    migrate.add_argument("-o", dest="output", choices=("text", "yaml"), help="--output")
+    _add(migrate, "--log-format", d.log_format, "log format", choices=("text", "json"))
+    _add(migrate, "--log-level", d.log_level, "log level",
+         choices=("debug", "info", "warning", "error"))
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from configmirror import migrate
+
+    settings = Settings(kubeconfig=args.kubeconfig, context=args.context)
+    kube = _connect(settings, pool_size=2, limited=False)
+    prefix = migrate.PREFIXES[args.tool]
+    found: list[migrate.Found] = []
+    unread = False  # Secrets we may not list: not converted, so not exact
+    try:
+        namespaces = [migrate.Namespace(str(m.get("name", "")), m.get("labels") or {},
+                                        m.get("annotations") or {})
+                      for m in _metadata(kube, "/api/v1/namespaces")]
+        for kind, path in (("ConfigMap", "/api/v1/configmaps"), ("Secret", "/api/v1/secrets")):
+            try:  # Secrets' values are read (one page at a time) and dropped at once
+                found += [migrate.Found(kind, str(m.get("namespace", "")),
+                                        str(m.get("name", "")), m["annotations"])
+                          for m in _metadata(kube, path)
+                          if any(k.startswith(prefix) for k in m.get("annotations") or ())]
+            except ApiError as err:
+                if kind != "Secret" or err.status != 403:
+                    raise
+                unread = True
+                print(f"{_prog()}: note: cannot list Secrets ({err.status} {err.reason}): "
+                      f"Secret sources are not converted", file=sys.stderr)
+    except ApiError as err:
+        raise UsageError(f"cannot list {err}") from None
+    finally:
+        kube.close()
+    try:
+        result = migrate.migrate(args.tool, found, namespaces, args.exclude_namespaces)
+    except InvalidSpec as err:
+        raise UsageError(str(err)) from None
+    print(result.yaml() if args.output == "yaml" else result.text(), end="")
+    return 0 if result.exact and not unread else EXIT_NEEDS_A_HUMAN
+
+
+def _metadata(kube: Kube, path: str) -> list[dict[str, Any]]:
+    """The metadata of every object at `path`, listed 500 at a time."""
+    query: dict[str, Any] = {"limit": 500}
+    found: list[dict[str, Any]] = []
+    while True:
+        body = kube.request("list", path, query)
+        found += [item.get("metadata") or {} for item in body.get("items") or ()]
+        if not (token := (body.get("metadata") or {}).get("continue")):
+            return found
+        query["continue"] = token
 
 
 class _JsonFormatter(logging.Formatter):
