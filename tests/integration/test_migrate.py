@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO
-from tests.conftest import Cluster, Namespaces, unique_name
-from tests.e2e.conftest import Operators, configmap, read, wait_replica
+from configmirror_testing.cluster import Cluster, Namespaces, unique_name
+from configmirror_testing.e2e import Operators, configmap, read, wait_replica
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.operator_process]
 
