@@ -135,9 +135,10 @@ mutate: $(STAMP) ## mutation check of the queue, controller, planner, replicator
 	$(PY) hack/mutate.py $(MUTATE_ARGS)
 
 .PHONY: lint
-lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile) + actionlint (.github/workflows/)
+lint: $(STAMP) ## ruff + mypy --strict + the layers (lint-imports) + hadolint (Dockerfile) + actionlint (.github/workflows/)
 	$(VENV)/bin/ruff check src testing tests bench hack
 	$(VENV)/bin/mypy --strict src testing
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/hadolint Dockerfile
 	@# With shellcheck on PATH (.ci/run installs it), actionlint checks every run: script too.
 	@set -o pipefail; actionlint=$$(hack/tools/build.sh actionlint | tail -n 1) && \

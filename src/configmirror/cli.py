@@ -24,12 +24,12 @@ from typing import Any, Literal, NoReturn, overload
 
 from configmirror import __version__
 from configmirror.caches import ClusterCache, KindCache, Replicated, replicated_kinds
-from configmirror.kube import EVENTS, ApiError, ConfigError, Kube, load_configuration
-from configmirror.model import CONFIGMAP, SECRET, Kind
+from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
 from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_source
 from configmirror.settings import Settings, format_duration, parse_duration
 from configmirror.spec import InvalidSpec, ReplicaRules
 from configmirror.status import Failure, KindView, SourceStatus, namespace_status, source_status
+from configmirror.vocabulary import CONFIGMAP, EVENTS, SECRET, Kind
 
 ENV_PREFIX = "CONFIGMIRROR_"
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

@@ -28,7 +28,7 @@ from configmirror.events import EventRecorder
 from configmirror.kube import Kube
 from configmirror.leaderelection import LeaderElector
 from configmirror.metrics import Metrics
-from configmirror.model import CONFIGMAP, CachedObject, Key, Kind, Namespace
+from configmirror.model import CachedObject, Key, Namespace
 from configmirror.ratelimit import default_controller_rate_limiter
 from configmirror.reconcile import Result
 from configmirror.replicator import Expectations, Replicator
@@ -36,6 +36,7 @@ from configmirror.routing import namespace_keys, object_keys
 from configmirror.servergate import ServerGate
 from configmirror.settings import Settings
 from configmirror.spec import ReplicaRules
+from configmirror.vocabulary import CONFIGMAP, Kind
 from configmirror.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)

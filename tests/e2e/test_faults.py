@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from configmirror.model import CONFIGMAP
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror.vocabulary import CONFIGMAP
 from configmirror_testing.objects import cached
 from configmirror_testing.wait import wait_for
 from tests.conftest import Cluster, Namespaces

@@ -11,17 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from configmirror.model import (
-    CONFIGMAP,
     CONTENT_HASH,
     LAST_APPLIED,
     MANAGED_BY,
     RELEASED_FROM,
     REPLICA_LABEL,
     REPLICA_OF,
-    SECRET,
     CachedObject,
     Caches,
-    Kind,
     Namespace,
     admission_changes,
     kept_as_written,
@@ -57,6 +54,7 @@ from configmirror.spec import (
     parse_pulls,
 )
 from configmirror.store import Store
+from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
 from configmirror_testing import objects
 
 KEY = "src/cfg"

@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from configmirror.clock import FakeClock
 from configmirror.kube import ApiError
 from configmirror.model import (
-    CONFIGMAP,
     CONTENT_HASH,
     REPLICA_OF,
     CachedObject,
@@ -61,6 +60,7 @@ from configmirror.spec import (
     Scope,
 )
 from configmirror.store import Store
+from configmirror.vocabulary import CONFIGMAP
 from configmirror.workqueue import WorkQueue
 from tests.unit.test_plan import cached
 
