@@ -3,21 +3,27 @@ one line each that says which operator, which flag overrides it, or that there i
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pytest_mock import MockerFixture
 
 from configmirror.cli import _given
+from configmirror.kube import ApiError, Kube
 from configmirror.policy import (
     POLICY,
     PolicyError,
     Published,
+    Publisher,
     home,
     judge_with,
     policy_data,
     policy_name,
 )
 from configmirror.settings import Settings
+from configmirror_testing.wait import wait_for
 
 # deploy/deployment.yaml's policy flags.
 DEPLOYED = Settings(source_namespace_selector="configmirror.io/source=true", delete_grace=60.0,
@@ -133,3 +139,54 @@ def test_a_policy_variable_in_the_environment_is_given(monkeypatch: pytest.Monke
     monkeypatch.setenv("CONFIGMIRROR_DELETE_GRACE", "5s")
     assert _given(["status"]) == {"delete_grace": "CONFIGMIRROR_DELETE_GRACE"}
     assert _given(["status", "--delete-grace=1s"]) == {"delete_grace": "--delete-grace"}
+
+
+# -- the publisher's error paths (the API server's side is tests/e2e/test_policy.py) -----------
+
+def written(version: str) -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": version}}
+
+
+def test_a_policy_not_there_yet_is_created(mocker: MockerFixture) -> None:
+    kube = mocker.create_autospec(Kube, instance=True)
+    kube.request.side_effect = [ApiError(404, "NotFound", "", "update", "p"), written("7"), {}]
+    publisher = Publisher(kube, DEPLOYED, "configmirror", "me")
+    publisher.publish()
+    assert [c.args[:2] for c in kube.request.call_args_list] == [
+        ("update", "/api/v1/namespaces/configmirror/configmaps/configmirror-policy"),
+        ("create", "/api/v1/namespaces/configmirror/configmaps")]
+    publisher.stop()  # deletes the version it wrote, and only that
+    assert kube.request.call_args.args[0] == "delete"
+    assert kube.request.call_args.kwargs["body"]["preconditions"] == {"resourceVersion": "7"}
+
+
+def test_a_refused_write_is_raised_not_created(mocker: MockerFixture) -> None:
+    kube = mocker.create_autospec(Kube, instance=True)
+    kube.request.side_effect = ApiError(403, "Forbidden", "no", "update", "p")
+    with pytest.raises(ApiError):
+        Publisher(kube, DEPLOYED, "configmirror", "me").publish()
+    assert kube.request.call_count == 1
+
+
+def test_a_publisher_that_never_published_withdraws_nothing(mocker: MockerFixture) -> None:
+    kube = mocker.create_autospec(Kube, instance=True)
+    Publisher(kube, DEPLOYED, "configmirror", "me").stop()
+    kube.request.assert_not_called()
+
+
+def test_an_unanswered_publish_is_retried_and_logged_once(
+        mocker: MockerFixture, caplog: pytest.LogCaptureFixture) -> None:
+    kube = mocker.create_autospec(Kube, instance=True)
+    unavailable = ApiError(503, "ServiceUnavailable", "", "update", "p")
+    kube.request.side_effect = [unavailable, unavailable, written("3"), {}]
+    publisher = Publisher(kube, DEPLOYED, "configmirror", "me", refresh=60.0, retry=0.001)
+    with caplog.at_level(logging.INFO, "configmirror.policy"):
+        publisher.start()
+        try:
+            wait_for(lambda: kube.request.call_count >= 3, what="the third attempt")
+        finally:
+            publisher.stop()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "cannot publish the policy" in warnings[0].getMessage()
+    assert any("published the policy" in r.getMessage() for r in caplog.records)
+    assert kube.request.call_args.kwargs["body"]["preconditions"] == {"resourceVersion": "3"}
