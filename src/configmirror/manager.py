@@ -103,7 +103,7 @@ class Manager:
         # on nothing, so its policy is in force nowhere).
         self.publisher: Publisher | None = None
         if (published_in := home(settings)) is not None and not settings.dry_run:
-            self.publisher = Publisher(kube, settings, published_in, identity)
+            self.publisher = Publisher(kube, settings, published_in, identity, self._clock)
         self._servers: list[_HTTPServer] = []
         self._lost = threading.Event()
         self._workers_started = False

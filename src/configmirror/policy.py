@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from configmirror import __version__
+from configmirror.clock import Clock, RealClock
 from configmirror.kube import ApiError, Kube
 from configmirror.settings import Settings, format_duration, parse_duration
 from configmirror.spec import PREFIX
@@ -98,7 +99,7 @@ class Publisher:
     """Publishes the leader's policy while it leads (a thread of its own), withdraws it on stop."""
 
     def __init__(self, kube: Kube, settings: Settings, namespace: str, identity: str,
-                 refresh: float = REFRESH, retry: float = RETRY_MIN) -> None:
+                 clock: Clock | None = None) -> None:
         self.namespace = namespace
         self.name = policy_name(settings)
         self._kube = kube
@@ -112,9 +113,9 @@ class Publisher:
                     PUBLISHED_AT: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "app.kubernetes.io/version": __version__}},
             "data": policy_data(settings)}
-        self._refresh = refresh
-        self._retry = retry
-        self._stopped = threading.Event()
+        self._clock = clock or RealClock()
+        self._cond = threading.Condition()  # notified by stop()
+        self._stopped = False
         self._thread: threading.Thread | None = None
         self._written = ""  # the resourceVersion of our last write: what stop() deletes
         self._failing = False
@@ -125,7 +126,9 @@ class Publisher:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop re-asserting; delete what we published, if no one has written it since."""
-        self._stopped.set()
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
         if not self._written:
@@ -151,8 +154,8 @@ class Publisher:
         self._written = str((written.get("metadata") or {}).get("resourceVersion", ""))
 
     def _run(self) -> None:
-        delay = self._retry
-        while not self._stopped.is_set():
+        delay = RETRY_MIN
+        while not self._stopped:
             try:
                 self.publish()
             except ApiError as err:
@@ -161,14 +164,21 @@ class Publisher:
                                 "status and wait will not find this operator until it is",
                                 self.namespace, self.name, err)
                 self._failing = True
-                self._stopped.wait(delay)
+                self._pause(delay)
                 delay = min(delay * 2, RETRY_MAX)
                 continue
             if self._failing:
                 log.info("published the policy to configmap %s/%s", self.namespace, self.name)
             self._failing = False
-            delay = self._retry
-            self._stopped.wait(self._refresh)
+            delay = RETRY_MIN
+            self._pause(REFRESH)
+
+    def _pause(self, seconds: float) -> None:
+        """Wait `seconds` of the clock, or until stop()."""
+        with self._cond:
+            until = self._clock.now() + seconds
+            while not self._stopped and self._clock.now() < until:
+                self._clock.wait(self._cond, until, None)
 
 
 # -- the commands' side ---------------------------------------------------------------------

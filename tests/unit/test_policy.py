@@ -11,6 +11,7 @@ import pytest
 from pytest_mock import MockerFixture
 
 from configmirror.cli import _given
+from configmirror.clock import FakeClock
 from configmirror.kube import ApiError, Kube
 from configmirror.policy import (
     POLICY,
@@ -174,19 +175,29 @@ def test_a_publisher_that_never_published_withdraws_nothing(mocker: MockerFixtur
     kube.request.assert_not_called()
 
 
-def test_an_unanswered_publish_is_retried_and_logged_once(
+def test_an_unanswered_publish_backs_off_is_logged_once_then_refreshes(
         mocker: MockerFixture, caplog: pytest.LogCaptureFixture) -> None:
     kube = mocker.create_autospec(Kube, instance=True)
     unavailable = ApiError(503, "ServiceUnavailable", "", "update", "p")
-    kube.request.side_effect = [unavailable, unavailable, written("3"), {}]
-    publisher = Publisher(kube, DEPLOYED, "configmirror", "me", refresh=60.0, retry=0.001)
+    kube.request.side_effect = [unavailable] * 7 + [written("3"), written("3"), {}]
+    clock = FakeClock(0.0)
+    publisher = Publisher(kube, DEPLOYED, "configmirror", "me", clock)
     with caplog.at_level(logging.INFO, "configmirror.policy"):
         publisher.start()
         try:
-            wait_for(lambda: kube.request.call_count >= 3, what="the third attempt")
+            # 1 s after the first failure, doubling up to 30 s; 60 s after a success.
+            for attempt, pause in enumerate([1, 2, 4, 8, 16, 30, 30, 60], start=1):
+                wait_for(lambda n=attempt: clock.waiters() == 1 and kube.request.call_count == n,
+                         what=f"attempt {attempt} to wait")
+                assert clock.wake_times() == [clock.now() + pause], attempt
+                clock.step(pause)
+            wait_for(lambda: kube.request.call_count == 9, what="the refresh")
         finally:
             publisher.stop()
+    assert not publisher._thread or not publisher._thread.is_alive(), "stop() joins its thread"
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "cannot publish the policy" in warnings[0].getMessage()
-    assert any("published the policy" in r.getMessage() for r in caplog.records)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
+        "published the policy to configmap configmirror/configmirror-policy"]
+    assert kube.request.call_args.args[0] == "delete"
     assert kube.request.call_args.kwargs["body"]["preconditions"] == {"resourceVersion": "3"}
