@@ -136,9 +136,10 @@ docs-reference: $(STAMP) ## rewrite docs/reference/ from the code and the chart 
 	$(PY) hack/docs_reference.py
 
 .PHONY: lint
-lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile) + actionlint (.github/workflows/) + make docs
+lint: $(STAMP) ## ruff + mypy --strict + the layers (lint-imports) + hadolint (Dockerfile) + actionlint (.github/workflows/) + make docs
 	$(VENV)/bin/ruff check src testing tests bench hack
 	$(VENV)/bin/mypy --strict src testing
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/hadolint Dockerfile
 	@# With shellcheck on PATH (.ci/run installs it), actionlint checks every run: script too.
 	@set -o pipefail; actionlint=$$(hack/tools/build.sh actionlint | tail -n 1) && \

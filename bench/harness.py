@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from configmirror.kube import ApiError, Kube, load_configuration
-from configmirror.model import CONFIGMAP, REPLICA_LABEL
+from configmirror.model import REPLICA_LABEL
 from configmirror.plan import desired_body
 from configmirror.settings import Settings
 from configmirror.spec import REPLICATE_TO
+from configmirror.vocabulary import CONFIGMAP
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.objects import cached
 from configmirror_testing.operator import OperatorProcess

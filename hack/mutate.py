@@ -47,6 +47,7 @@ TESTS: dict[str, list[str]] = {
                      "tests/unit/test_controller.py", "tests/unit/test_workqueue_model.py"],
     "controller.py": ["tests/unit/test_controller.py"],
     "ratelimit.py": ["tests/unit/test_ratelimit.py", "tests/unit/test_workqueue.py"],
+    "tokenbucket.py": ["tests/unit/test_ratelimit.py", "tests/unit/test_kube.py"],
     "clock.py": ["tests/unit/test_clock.py", "tests/unit/test_workqueue.py",
                  "tests/unit/test_controller.py"],
     "routing.py": ["tests/unit/test_routing.py"],
@@ -62,12 +63,13 @@ TESTS: dict[str, list[str]] = {
     "transport.py": ["tests/unit/test_transport.py", "tests/unit/test_kube.py"],
     "kube.py": ["tests/unit/test_kube.py", "tests/unit/test_transport.py"],
     "status.py": ["tests/unit/test_status.py"],
+    "policy.py": ["tests/unit/test_policy.py", "tests/integration/test_policy.py"],
     "caches.py": ["tests/unit/test_caches.py", "tests/integration/test_caches.py",
                   "tests/integration/test_expectations.py"],
 }
-GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "clock.py", "routing.py",
-             "plan.py", "replicator.py", "servergate.py", "events.py", "transport.py", "kube.py",
-             "status.py", "caches.py")
+GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "tokenbucket.py", "clock.py",
+             "routing.py", "plan.py", "replicator.py", "servergate.py", "events.py",
+             "transport.py", "kube.py", "status.py", "caches.py", "policy.py")
 
 # One-line mutations asked for by name: (file, the line as it is, the line as mutated).
 NAMED: list[tuple[str, str, str]] = [
@@ -150,6 +152,10 @@ _INCLUSTER = (
     "the in-cluster branch: the service account's token and CA are files at fixed paths "
     '(/var/run/secrets/...) that a unit test cannot provide')
 ACCEPTED: dict[tuple[str, str, str], str] = {
+    ("policy.py", "REQUEST_TIMEOUT = 5.0", "REQUEST_TIMEOUT = 10.0"):
+        "how long one request of the publisher may take: the tests' server answers at once, "
+        "so only a server that never answers could tell",
+    ("policy.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
     ("clock.py", "left = max(until - time.monotonic(), 0.0)",
      "left = max(until - time.monotonic(), 1.0)"):
         "the real clock then wakes a getter up to 1 s late: visible in wall-clock time only, "
@@ -239,7 +245,7 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("events.py", "self._dropping = False", "self._dropping = True"):
         "the first value is never read: the first Event put into the (empty) queue always "
         "fits and sets it to False, so only a queue of size 0 could tell",
-    ("ratelimit.py", "return 0.0 if self._tokens >= 0 else -self._tokens / self._qps",
+    ("tokenbucket.py", "return 0.0 if self._tokens >= 0 else -self._tokens / self._qps",
      "return 0.0 if (self._tokens > 0) else -self._tokens / self._qps"):
         "at exactly 0 tokens it returns -0.0, which equals 0.0",
     ("routing.py",

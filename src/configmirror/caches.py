@@ -18,11 +18,8 @@ from configmirror.informer import Informer
 from configmirror.kube import NAMESPACES, Kube
 from configmirror.metrics import Metrics
 from configmirror.model import (
-    CONFIGMAP,
-    SECRET,
     CachedObject,
     Caches,
-    Kind,
     Namespace,
     ObjectCache,
     namespace_from_json,
@@ -32,6 +29,7 @@ from configmirror.model import (
 from configmirror.settings import Settings
 from configmirror.spec import ReplicaRules, Scope
 from configmirror.store import Store, StoresByName
+from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
 
 ObjectHandler = Callable[[Kind, CachedObject | None, CachedObject | None], None]
 NamespaceHandler = Callable[[Namespace | None, Namespace | None], None]
@@ -49,11 +47,21 @@ class Replicated:
 def replicated_kinds(settings: Settings) -> list[Replicated]:
     """ConfigMaps always; Secrets only when --secret-names names some (otherwise no Secret is
     ever listed). Raises spec.InvalidSpec naming a flag that does not parse."""
-    kinds = [Replicated(CONFIGMAP, (), Scope.from_settings(settings))]
+    kinds = [Replicated(CONFIGMAP, (), _scope(settings))]
     if settings.secrets:
         kinds.append(Replicated(SECRET, tuple(settings.secrets),
-                                Scope.from_settings(settings, secrets=True)))
+                                _scope(settings, secrets=True)))
     return kinds
+
+
+def _scope(settings: Settings, secrets: bool = False) -> Scope:
+    """The scope of ConfigMap sources, or (`secrets`) of Secret sources, which only
+    --secret-source-namespaces may hold."""
+    if secrets:
+        return Scope.from_flags(settings.secret_source_namespaces, settings.exclude_namespaces,
+                                settings.source_namespace_selector, "--secret-source-namespaces")
+    return Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces,
+                            settings.source_namespace_selector)
 
 
 def _ignore(*_change: object) -> None:

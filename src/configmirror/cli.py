@@ -22,14 +22,14 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn, overload
 
-from configmirror import __version__
+from configmirror import __version__, policy
 from configmirror.caches import ClusterCache, KindCache, Replicated, replicated_kinds
-from configmirror.kube import EVENTS, ApiError, ConfigError, Kube, load_configuration
-from configmirror.model import CONFIGMAP, SECRET, Kind
+from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
 from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_source
 from configmirror.settings import Settings, format_duration, parse_duration
 from configmirror.spec import InvalidSpec, ReplicaRules
 from configmirror.status import Failure, KindView, SourceStatus, namespace_status, source_status
+from configmirror.vocabulary import CONFIGMAP, EVENTS, SECRET, Kind
 
 ENV_PREFIX = "CONFIGMIRROR_"
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -111,6 +111,10 @@ def _parser() -> argparse.ArgumentParser:
         _add(p, "--log-level", d.log_level, "log level",
              choices=("debug", "info", "warning", "error"))
 
+    def operator_flag(p: argparse.ArgumentParser) -> None:
+        _add(p, "--operator-namespace", "", "judge with the policy the operator in this "
+             "namespace publishes (default: look it up); a policy flag given here overrides it")
+
     run = commands.add_parser("run", help="run the operator until SIGTERM/SIGINT")
     cluster_flags(run)
     _add(run, "--workers", d.workers, "reconcile worker threads", int)
@@ -140,12 +144,14 @@ def _parser() -> argparse.ArgumentParser:
     plan = commands.add_parser("plan", help="print what run would change, change nothing; "
                                "exit 0 when in sync, 2 when not")
     cluster_flags(plan)
+    operator_flag(plan)
     _add(plan, "--namespace", None, "only sources in this namespace")
     _add(plan, "--output", "text", "output format", choices=("text", "json"))
 
     status = commands.add_parser("status", help="per source: targets, in sync, pending, "
                                  "problems (the same decision as run); change nothing")
     cluster_flags(status)
+    operator_flag(status)
     status.add_argument("source", nargs="?", metavar="NS/NAME", help="only this source")
     _add(status, "--kind", "configmap", "the kind of NS/NAME", choices=KIND_CHOICES)
     _add(status, "--namespace", None, "what this namespace holds and pulls, and the sources "
@@ -156,6 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     wait = commands.add_parser("wait", help="exit 0 as soon as every target of a source is "
                                "in sync, 1 when the timeout passes or it does not exist")
     cluster_flags(wait)
+    operator_flag(wait)
     wait.add_argument("source", metavar="NS/NAME", help="the source")
     _add(wait, "--kind", "configmap", "the kind of NS/NAME", choices=KIND_CHOICES)
     _add(wait, "--timeout", "5m", "how long to wait", duration)
@@ -182,6 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"configmirror {__version__}")
             return 0
         _setup_logging(args.log_format, args.log_level)
+        if args.command != "run":
+            args.given = _given(argv)
         commands = {"run": _run, "plan": _plan, "status": _status, "wait": _wait,
                     "migrate": _migrate}
         return commands[args.command](args)
@@ -212,6 +221,38 @@ def _settings(args: argparse.Namespace) -> Settings:
                              f"got {address!r}")
     _kinds(settings)
     _rules(settings)
+    return settings
+
+
+def _given(argv: Sequence[str] | None) -> dict[str, str]:
+    """Each policy setting the user set, and how: its flag on the command line, or its
+    CONFIGMIRROR_* variable (a default is not set)."""
+    parser = _parser()
+    parsers = [parser, *(p for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+                         for p in a.choices.values())]
+    for action in (a for p in parsers for a in p._actions):
+        action.default = argparse.SUPPRESS  # so only what the command line sets is named
+    named = vars(parser.parse_args(argv))
+    return {f: policy.flag(f) if f in named else _env(policy.flag(f)) for f in policy.POLICY
+            if f in named or _env(policy.flag(f)) in os.environ}
+
+
+def _followed(args: argparse.Namespace, settings: Settings) -> Settings:
+    """`settings` with the running operator's policy wherever the user set none
+    (DESIGN.md, Behaviour 12); says on stderr which operator, and each override."""
+    kube = _connect(settings, pool_size=1, limited=False)
+    try:
+        found = policy.find(kube, args.operator_namespace or None)
+        settings, notices = policy.judge_with(found, settings, args.given,
+                                              args.operator_namespace)
+    except ApiError as err:
+        raise UsageError(f"cannot look up the operator: cannot list {err}") from None
+    except policy.PolicyError as err:
+        raise UsageError(str(err)) from None
+    finally:
+        kube.close()
+    for notice in notices:
+        print(f"{_prog()}: {notice}", file=sys.stderr)
     return settings
 
 
@@ -324,7 +365,7 @@ def _plans(cached: KindCache, settings: Settings,
 
 
 def _plan(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = _followed(args, _settings(args))
     cache = _listed(settings)
     plans = [p for cached in cache.kinds.values() for p in _plans(
         cached, settings, lambda key: not args.namespace or key.split("/", 1)[0] == args.namespace)]
@@ -338,7 +379,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = _followed(args, _settings(args))
     kind = _kind_of(args.kind, settings)
     if args.source is not None:
         _source_key(args.source)
@@ -370,7 +411,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = _followed(args, _settings(args))
     kind = _kind_of(args.kind, settings)
     key = _source_key(args.source)
     kube = _connect(settings, pool_size=2, limited=False)

@@ -18,43 +18,17 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from configmirror.clock import Clock, RealClock
-from configmirror.kube import EVENTS, ApiError, Failure, Kube
+from configmirror.kube import ApiError, Failure, Kube
+from configmirror.vocabulary import EVENTS, ObjectRef
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE = 1024
 QUIET = 2.0          # seconds without a new count before a tally is written
 MAX_TALLY_AGE = 60.0  # a tally that keeps growing is written at least this often
 RETRY_MIN, RETRY_MAX = 0.5, 30.0
-
-
-class Referable(Protocol):
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def uid(self) -> str: ...
-    @property
-    def resource_version(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class ObjectRef:
-    """The object an Event is about."""
-
-    kind: str  # ConfigMap, Secret, Namespace: always said, never assumed
-    namespace: str
-    name: str
-    uid: str
-    resource_version: str
-    api_version: str = "v1"
-
-    @classmethod
-    def of(cls, obj: Referable, kind: str) -> ObjectRef:
-        return cls(kind, obj.namespace, obj.name, obj.uid, obj.resource_version)
 
 
 def _event_namespace(ref: ObjectRef) -> str:

@@ -30,7 +30,7 @@ from kubernetes import config as k8s_config
 from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION, KubeConfigMerger
 
 from configmirror.clock import Clock, RealClock
-from configmirror.ratelimit import TokenBucketRateLimiter
+from configmirror.tokenbucket import TokenBucketRateLimiter
 from configmirror.transport import (
     CONNECT_TIMEOUT,
     Connections,
@@ -39,9 +39,9 @@ from configmirror.transport import (
     endpoint,
 )
 
-__all__ = ["AUTH_REFRESH", "CONFIGMAPS", "CONNECT_TIMEOUT", "EVENTS", "NAMESPACES",
-           "REQUEST_TIMEOUT", "RETRY_AFTER_ATTEMPTS", "RETRY_AFTER_MAX", "SECRETS", "ApiError",
-           "ConfigError", "Failure", "Kube", "Resource", "WatchSilent", "WatchStream", "classify",
+__all__ = ["AUTH_REFRESH", "CONNECT_TIMEOUT", "NAMESPACES", "REQUEST_TIMEOUT",
+           "RETRY_AFTER_ATTEMPTS", "RETRY_AFTER_MAX", "ApiError", "ConfigError", "Failure",
+           "Kube", "WatchSilent", "WatchStream", "classify",
            "load_configuration", "resource_of"]
 
 log = logging.getLogger(__name__)
@@ -56,26 +56,6 @@ RETRY_AFTER_MAX = 10.0       # seconds: a longer Retry-After is the caller's to 
 AUTH_REFRESH = 1.0
 
 
-@dataclass(frozen=True)
-class Resource:
-    """A namespaced core/v1 resource and its REST paths."""
-
-    plural: str
-    kind: str
-
-    def collection(self, namespace: str | None = None) -> str:
-        """All objects (cluster-wide) or one namespace's."""
-        if namespace is None:
-            return f"/api/v1/{self.plural}"
-        return f"/api/v1/namespaces/{namespace}/{self.plural}"
-
-    def item(self, namespace: str, name: str) -> str:
-        return f"/api/v1/namespaces/{namespace}/{self.plural}/{name}"
-
-
-CONFIGMAPS = Resource("configmaps", "ConfigMap")
-SECRETS = Resource("secrets", "Secret")
-EVENTS = Resource("events", "Event")
 NAMESPACES = "/api/v1/namespaces"
 
 

@@ -28,7 +28,8 @@ from configmirror.events import EventRecorder
 from configmirror.kube import Kube
 from configmirror.leaderelection import LeaderElector
 from configmirror.metrics import Metrics
-from configmirror.model import CONFIGMAP, CachedObject, Key, Kind, Namespace
+from configmirror.model import CachedObject, Key, Namespace
+from configmirror.policy import Publisher, home
 from configmirror.ratelimit import default_controller_rate_limiter
 from configmirror.reconcile import Result
 from configmirror.replicator import Expectations, Replicator
@@ -36,6 +37,7 @@ from configmirror.routing import namespace_keys, object_keys
 from configmirror.servergate import ServerGate
 from configmirror.settings import Settings
 from configmirror.spec import ReplicaRules
+from configmirror.vocabulary import CONFIGMAP, Kind
 from configmirror.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -89,14 +91,19 @@ class Manager:
         self.metrics.dead_workers.set_function(
             lambda: self.settings.workers - self.controller.alive_workers()
             if self._workers_started else 0)
+        # Random: two processes on one host (or with one pod name) must differ.
+        identity = f"{socket.gethostname()}_{secrets.token_hex(4)}"
         self.elector: LeaderElector | None = None
         if settings.leader_elect:
             self.elector = LeaderElector(
                 kube, settings.leader_election_namespace, settings.leader_election_id,
-                # Random: two processes on one host (or with one pod name) must differ.
-                identity=f"{socket.gethostname()}_{secrets.token_hex(4)}",
-                on_started_leading=lambda: self.metrics.leader.set(1),
+                identity=identity, on_started_leading=lambda: self.metrics.leader.set(1),
                 on_stopped_leading=self._lost_leadership)
+        # What the leader decides with, for plan, status and wait (not in a dry run: it acts
+        # on nothing, so its policy is in force nowhere).
+        self.publisher: Publisher | None = None
+        if (published_in := home(settings)) is not None and not settings.dry_run:
+            self.publisher = Publisher(kube, settings, published_in, identity, self._clock)
         self._servers: list[_HTTPServer] = []
         self._lost = threading.Event()
         self._workers_started = False
@@ -170,6 +177,8 @@ class Manager:
                     return 0
             else:
                 self.metrics.leader.set(1)  # no election: this process is the one that writes
+            if self.publisher is not None:
+                self.publisher.start()
             self.recorder.start()
             self.controller.start()
             self._workers_started = True
@@ -186,6 +195,8 @@ class Manager:
             log.info("workers stopped%s", "" if drained else " (drain timed out)")
         else:
             self.queue.shutdown()
+        if self.publisher is not None:
+            self.publisher.stop()  # before the lease: the next leader publishes its own
         if self.elector is not None:
             self.elector.stop()  # releases the lease: a standby takes over now
         for informer in self.informers:

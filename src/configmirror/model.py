@@ -18,12 +18,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from configmirror.kube import CONFIGMAPS, SECRETS, Resource
-from configmirror.settings import DEFAULT_DROP
 from configmirror.spec import (
     COPY_ANNOTATIONS,
     COPY_KEYS,
     COPY_LABELS,
+    DEFAULT_DROP,
     NO_PULLS,
     ON_DELETE,
     PREFIX,
@@ -49,6 +48,7 @@ from configmirror.spec import (
     replica_secret_type,
 )
 from configmirror.store import Store
+from configmirror.vocabulary import SECRET, Kind
 
 REPLICA_OF = PREFIX + "replica-of"
 CONTENT_HASH = PREFIX + "content-hash"
@@ -67,32 +67,6 @@ _ALL = "all"
 SOURCE = "source"
 TARGET = "target"
 PULL_ROLE = "pull"  # a namespace's pulls of one kind: reported when they get nothing
-
-
-@dataclass(frozen=True, eq=False)
-class Kind:
-    """What is replicated: its API resource and the top-level fields a replica copies.
-
-    There are two, CONFIGMAP and SECRET, and every function that depends on the kind takes
-    one explicitly (none defaults to a ConfigMap). Compared and hashed by identity: a key
-    holding one hashes as fast as one holding a string.
-    """
-
-    resource: Resource
-    payload: tuple[str, ...]  # in the order the content hash takes them
-
-    @property
-    def name(self) -> str:
-        return self.resource.kind
-
-    @property
-    def plural(self) -> str:
-        return self.resource.plural
-
-
-CONFIGMAP = Kind(CONFIGMAPS, ("data", "binaryData", "immutable"))
-# A Secret's type cannot change in place, so a replica whose type must change is recreated.
-SECRET = Kind(SECRETS, ("data", "type", "immutable"))
 
 
 class Key(NamedTuple):

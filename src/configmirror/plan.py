@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from configmirror.model import CachedObject, Kind, Namespace
+from configmirror.model import CachedObject, Namespace
 from configmirror.spec import Scope
+from configmirror.vocabulary import Kind
 
 ActionKind = Literal["create", "update", "recreate", "delete", "release"]
 REMOVALS = ("delete", "release")  # the actions that take a replica away: they wait

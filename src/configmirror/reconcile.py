@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from configmirror.events import ObjectRef
+from configmirror.vocabulary import ObjectRef
 
 
 @dataclass(frozen=True)

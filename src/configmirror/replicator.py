@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from configmirror.clock import Clock, RealClock
-from configmirror.events import EventRecorder, ObjectRef
+from configmirror.events import EventRecorder
 from configmirror.kube import ApiError, Failure, Kube
 from configmirror.metrics import Metrics
 from configmirror.model import (
@@ -73,6 +73,7 @@ from configmirror.reconcile import (
     TerminalError,
 )
 from configmirror.spec import ON_DELETE, Scope
+from configmirror.vocabulary import ObjectRef
 
 log = logging.getLogger(__name__)
 

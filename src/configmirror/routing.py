@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from configmirror.model import CachedObject, Key, Kind, Namespace, pull_key, source_key, target_key
+from configmirror.model import CachedObject, Key, Namespace, pull_key, source_key, target_key
 from configmirror.plan import honoured, wants
 from configmirror.spec import Scope
+from configmirror.vocabulary import Kind
 
 
 def object_keys(kind: Kind, old: CachedObject | None, new: CachedObject | None,

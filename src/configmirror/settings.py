@@ -5,16 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-DEFAULT_EXCLUDED = "kube-system,kube-public,kube-node-lease"
-# Keys never copied to a replica: ours, kubectl's, and those by which Argo CD, Flux and Helm
-# claim objects (a copied one makes the tool treat replicas as its own and prune them).
-DEFAULT_DROP = ",".join((
-    "configmirror.io/*", "kubectl.kubernetes.io/*", "app.kubernetes.io/instance",
-    "app.kubernetes.io/managed-by", "argocd.argoproj.io/*", "kustomize.toolkit.fluxcd.io/*",
-    "helm.toolkit.fluxcd.io/*", "meta.helm.sh/*", "helm.sh/*",
-    # cert-manager's marks on the Secrets it issues: copied, they make its controllers look
-    # for a Certificate in every target namespace (cert-manager/cert-manager#4210).
-    "cert-manager.io/*", "controller.cert-manager.io/*"))
+from configmirror.spec import DEFAULT_DROP, DEFAULT_EXCLUDED
 
 
 @dataclass(frozen=True)

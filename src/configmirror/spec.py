@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from configmirror.selector import Selector, SelectorError, parse_selector
-from configmirror.settings import Settings
 
 PREFIX = "configmirror.io/"
 REPLICATE_TO = PREFIX + "replicate-to"
@@ -38,6 +37,18 @@ REPLICA_TYPE = PREFIX + "replica-type"
 ON_DELETE = PREFIX + "on-delete"
 SYNC = PREFIX + "sync"
 IGNORE_LABEL = PREFIX + "ignore"
+
+# The operator's limits by default (--exclude-namespaces, --drop-labels, --drop-annotations).
+DEFAULT_EXCLUDED = "kube-system,kube-public,kube-node-lease"
+# Keys never copied to a replica: ours, kubectl's, and those by which Argo CD, Flux and Helm
+# claim objects (a copied one makes the tool treat replicas as its own and prune them).
+DEFAULT_DROP = ",".join((
+    "configmirror.io/*", "kubectl.kubernetes.io/*", "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by", "argocd.argoproj.io/*", "kustomize.toolkit.fluxcd.io/*",
+    "helm.toolkit.fluxcd.io/*", "meta.helm.sh/*", "helm.sh/*",
+    # cert-manager's marks on the Secrets it issues: copied, they make its controllers look
+    # for a Certificate in every target namespace (cert-manager/cert-manager#4210).
+    "cert-manager.io/*", "controller.cert-manager.io/*"))
 
 
 @dataclass(frozen=True)
@@ -305,18 +316,6 @@ class Scope:
         return cls(parse_patterns(source_namespaces, source_flag),
                    parse_patterns(exclude_namespaces, "--exclude-namespaces", empty_ok=True),
                    selector, source_namespace_selector.strip(), source_flag)
-
-    @classmethod
-    def from_settings(cls, settings: Settings, secrets: bool = False) -> Scope:
-        """The scope of ConfigMap sources, or (`secrets`) of Secret sources, which only
-        --secret-source-namespaces may hold."""
-        if secrets:
-            return cls.from_flags(settings.secret_source_namespaces,
-                                  settings.exclude_namespaces,
-                                  settings.source_namespace_selector,
-                                  "--secret-source-namespaces")
-        return cls.from_flags(settings.source_namespaces, settings.exclude_namespaces,
-                              settings.source_namespace_selector)
 
     def honours(self, home: NamespaceLike) -> bool:
         """Whether a source in namespace `home` is acted on at all."""

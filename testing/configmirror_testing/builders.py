@@ -11,15 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any, TypeAlias
 
-from configmirror.model import (
-    CONFIGMAP,
-    CachedObject,
-    Caches,
-    Kind,
-    Namespace,
-    namespace_from_json,
-    object_indexers,
-)
+from configmirror.model import CachedObject, Caches, Namespace, namespace_from_json, object_indexers
 from configmirror.plan import (
     Admitted,
     Grace,
@@ -28,9 +20,9 @@ from configmirror.plan import (
     nothing_admitted,
     plan_source,
 )
-from configmirror.settings import DEFAULT_EXCLUDED
-from configmirror.spec import PULL, REPLICATE_TO, Scope
+from configmirror.spec import DEFAULT_EXCLUDED, PULL, REPLICATE_TO, Scope
 from configmirror.store import Store
+from configmirror.vocabulary import CONFIGMAP, Kind
 from configmirror_testing import objects
 
 KEY = "src/cfg"

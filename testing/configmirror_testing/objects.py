@@ -8,7 +8,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from configmirror.model import DEFAULT_RULES, CachedObject, Kind, object_from_json
+from configmirror.model import DEFAULT_RULES, CachedObject, object_from_json
+from configmirror.vocabulary import Kind
 
 
 def configmap(name: str, annotations: dict[str, str] | None = None,

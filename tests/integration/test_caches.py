@@ -12,9 +12,9 @@ from kubernetes import client
 
 from configmirror.caches import ClusterCache, Replicated
 from configmirror.kube import Kube, load_configuration
-from configmirror.model import CONFIGMAP, DEFAULT_RULES, SECRET, CachedObject, Kind
-from configmirror.settings import DEFAULT_EXCLUDED
-from configmirror.spec import Scope
+from configmirror.model import DEFAULT_RULES, CachedObject
+from configmirror.spec import DEFAULT_EXCLUDED, Scope
+from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
 from configmirror_testing.cluster import Cluster
 from configmirror_testing.wait import wait_for
 

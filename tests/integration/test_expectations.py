@@ -17,10 +17,10 @@ from configmirror.caches import ClusterCache, KindCache, Replicated
 from configmirror.events import EventRecorder
 from configmirror.kube import Kube, load_configuration
 from configmirror.metrics import Metrics
-from configmirror.model import CONFIGMAP, DEFAULT_RULES, target_key
+from configmirror.model import DEFAULT_RULES, target_key
 from configmirror.replicator import Expectations, Replicator
-from configmirror.settings import DEFAULT_EXCLUDED
-from configmirror.spec import REPLICATE_TO, Scope
+from configmirror.spec import DEFAULT_EXCLUDED, REPLICATE_TO, Scope
+from configmirror.vocabulary import CONFIGMAP
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import configmap, read
 

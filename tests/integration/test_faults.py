@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from configmirror.model import CONFIGMAP
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror.vocabulary import CONFIGMAP
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import (
     Operator,

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from configmirror.kube import CONFIGMAPS, Kube, load_configuration
+from configmirror.kube import Kube, load_configuration
 from configmirror.metrics import Metrics
-from configmirror.model import CONFIGMAP, DEFAULT_RULES, object_transform
+from configmirror.model import DEFAULT_RULES, object_transform
 from configmirror.model import CachedObject as ConfigMap
 from configmirror.store import Store
+from configmirror.vocabulary import CONFIGMAP, CONFIGMAPS
 from configmirror_testing.cluster import Cluster
 from configmirror_testing.wait import wait_for
 

@@ -10,10 +10,11 @@ from pytest_mock import MockerFixture
 
 from configmirror.clock import FakeClock
 from configmirror.controller import Controller
-from configmirror.events import EventRecorder, ObjectRef
+from configmirror.events import EventRecorder
 from configmirror.metrics import Metrics
 from configmirror.ratelimit import ItemExponentialFailureRateLimiter
 from configmirror.reconcile import Result, RetryableError, TerminalError
+from configmirror.vocabulary import ObjectRef
 from configmirror.workqueue import WorkQueue
 from configmirror_testing.scrape import controller_sample as sample
 from configmirror_testing.wait import wait_for

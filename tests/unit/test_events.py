@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from configmirror.clock import FakeClock
-from configmirror.events import QUIET, RETRY_MIN, EventRecorder, ObjectRef, Tallies
+from configmirror.events import QUIET, RETRY_MIN, EventRecorder, Tallies
 from configmirror.kube import ApiError
 from configmirror.replicator import replicated_message
+from configmirror.vocabulary import ObjectRef
 from configmirror_testing.fakekube import FakeKube
 from configmirror_testing.wait import wait_for
 

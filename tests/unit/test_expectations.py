@@ -8,10 +8,11 @@ from pytest_mock import MockerFixture
 
 from configmirror.events import EventRecorder
 from configmirror.kube import Kube
-from configmirror.model import CONFIGMAP, CachedObject, Caches
+from configmirror.model import CachedObject, Caches
 from configmirror.replicator import Expectations, Replicator
 from configmirror.spec import REPLICATE_TO
 from configmirror.store import Store
+from configmirror.vocabulary import CONFIGMAP
 from configmirror_testing.builders import SCOPE, cached
 
 

@@ -21,14 +21,11 @@ from kubernetes import client
 from configmirror.clock import FakeClock
 from configmirror.kube import (
     AUTH_REFRESH,
-    CONFIGMAPS,
     CONNECT_TIMEOUT,
-    EVENTS,
     NAMESPACES,
     REQUEST_TIMEOUT,
     RETRY_AFTER_ATTEMPTS,
     RETRY_AFTER_MAX,
-    SECRETS,
     ApiError,
     ConfigError,
     Failure,
@@ -37,6 +34,7 @@ from configmirror.kube import (
     load_configuration,
     resource_of,
 )
+from configmirror.vocabulary import CONFIGMAPS, EVENTS, SECRETS
 from configmirror_testing.localserver import LocalServer, RawServer, no_unclosed_sockets
 from configmirror_testing.wait import wait_for
 

@@ -10,14 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from configmirror.model import (
-    CONFIGMAP,
     CONTENT_HASH,
     LAST_APPLIED,
     MANAGED_BY,
     RELEASED_FROM,
     REPLICA_LABEL,
     REPLICA_OF,
-    SECRET,
     Namespace,
     admission_changes,
     kept_as_written,
@@ -35,8 +33,8 @@ from configmirror.plan import (
     pull_refusals,
     unserved_pulls,
 )
-from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import (
+    DEFAULT_EXCLUDED,
     ON_DELETE,
     PULL_ALLOWED,
     PULL_ALLOWED_MATCHING,
@@ -48,6 +46,7 @@ from configmirror.spec import (
     parse_patterns,
     parse_pulls,
 )
+from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.builders import (
     AT_ONCE,
     KEY,

@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 
 from configmirror.clock import FakeClock
 from configmirror.model import (
-    CONFIGMAP,
     CONTENT_HASH,
     REPLICA_OF,
     CachedObject,
@@ -60,6 +59,7 @@ from configmirror.spec import (
     Scope,
 )
 from configmirror.store import Store
+from configmirror.vocabulary import CONFIGMAP
 from configmirror.workqueue import WorkQueue
 from configmirror_testing.builders import cached
 from configmirror_testing.fakekube import FakeKube

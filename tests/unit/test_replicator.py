@@ -14,11 +14,8 @@ from configmirror.events import EventRecorder
 from configmirror.kube import ApiError, Kube
 from configmirror.metrics import Metrics
 from configmirror.model import (
-    CONFIGMAP,
-    SECRET,
     CachedObject,
     Caches,
-    Kind,
     Namespace,
     object_indexers,
     pull_key,
@@ -37,6 +34,7 @@ from configmirror.replicator import (
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import ON_DELETE, PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.store import Store
+from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
 from configmirror_testing.builders import cached, ns, plain, puller, replica_of, source
 
 TARGET = target_key(CONFIGMAP, "a", "cfg")

@@ -9,14 +9,7 @@ from pytest_mock import MockerFixture
 
 from configmirror.events import EventRecorder
 from configmirror.kube import ApiError
-from configmirror.model import (
-    CONFIGMAP,
-    SECRET,
-    Caches,
-    Namespace,
-    object_indexers,
-    target_key,
-)
+from configmirror.model import Caches, Namespace, object_indexers, target_key
 from configmirror.reconcile import (
     ReconcileError,
     RetryableError,
@@ -27,6 +20,7 @@ from configmirror.replicator import Expectations, Replicator, redacted
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import REPLICATE_TO, Scope
 from configmirror.store import Store
+from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.builders import cached, ns, source
 from configmirror_testing.fakekube import FakeKube
 

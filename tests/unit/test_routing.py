@@ -6,21 +6,13 @@ import copy
 from typing import Any
 
 from configmirror import routing
-from configmirror.model import (
-    CONFIGMAP,
-    SECRET,
-    CachedObject,
-    Key,
-    Kind,
-    Namespace,
-    namespace_from_json,
-    pull_key,
-)
+from configmirror.model import CachedObject, Key, Namespace, namespace_from_json, pull_key
 from configmirror.model import source_key as any_source_key
 from configmirror.model import target_key as any_target_key
 from configmirror.plan import desired_body
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING, Scope
+from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
 from configmirror_testing.builders import cached, ns, plain, source
 
 SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)

@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 
 from configmirror.kube import ApiError
-from configmirror.model import CONFIGMAP, SECRET, CachedObject
+from configmirror.model import CachedObject
 from configmirror.plan import decide, desired_body, nothing_admitted, plan_source
 from configmirror.replicator import redacted
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import COPY_KEYS, REPLICA_TYPE, REPLICATE_TO, Scope
+from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.builders import AT_ONCE, cached, ns, world
 
 SCOPE = Scope.from_flags("*", DEFAULT_EXCLUDED)

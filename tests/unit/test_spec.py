@@ -7,7 +7,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from configmirror.model import (
-    CONFIGMAP,
     DEFAULT_RULES,
     MANAGED_BY,
     REPLICA_LABEL,
@@ -24,6 +23,7 @@ from configmirror.spec import (
     ReplicaRules,
     parse_key_patterns,
 )
+from configmirror.vocabulary import CONFIGMAP
 
 
 @pytest.mark.parametrize(("patterns", "key", "expected"), [

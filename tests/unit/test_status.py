@@ -3,11 +3,12 @@ caches, as the command builds them)."""
 
 from __future__ import annotations
 
-from configmirror.model import CONFIGMAP, SECRET, CachedObject, Caches, Namespace
+from configmirror.model import CachedObject, Caches, Namespace
 from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_source
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.status import Failure, KindView, Problem, namespace_status, source_status
+from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.builders import (
     AT_ONCE,
     SCOPE,
