@@ -2,8 +2,9 @@
 `kubectl configmirror ...`: the `kubectl-configmirror` entry point is the same program).
 
 Flags follow the Go tools (`flags`): booleans as `--flag`, `--flag=true|false`, `--no-flag`;
-durations as `90s`, `10m`, `1h30m`; every flag but `-n` also an environment variable
-(`--max-retries` is CONFIGMIRROR_MAX_RETRIES), the command line winning. A source is named as
+durations as `90s`, `10m`, `1h30m`; every flag but those choosing what to show (`-n`,
+`--target-namespace`) also an environment variable (`--max-retries` is
+CONFIGMIRROR_MAX_RETRIES), the command line winning. A source is named as
 in the pull annotation, `[configmap/|secret/]NS/NAME`, or as kubectl names it, `-n NS
 [KIND/]NAME`. Mistakes a user can make (bad flags, no kubeconfig, unreachable cluster) end in
 one line on stderr and exit code 1 (`wait`: 3), never a traceback.
@@ -59,11 +60,12 @@ _KINDS = {"configmap": "configmap", "configmaps": "configmap", "cm": "configmap"
 _OUTPUT = ("text", "json", "yaml")
 _CONVENTIONS = """\
 flags: booleans as --flag, --flag=true|false or --no-flag; durations as 90s, 10m, 1h30m,
-300ms (a bare number is seconds); each flag but -n also an environment variable,
-CONFIGMIRROR_ and its name (--max-retries: CONFIGMIRROR_MAX_RETRIES), the command line winning.
+300ms (a bare number is seconds); each flag but -n and --target-namespace also an
+environment variable, CONFIGMIRROR_ and its name (--max-retries: CONFIGMIRROR_MAX_RETRIES),
+the command line winning.
 """
-_REFERENCE = ("a source: [KIND/]NS/NAME as in the configmirror.io/pull annotation, or with "
-              "-n NS, [KIND/]NAME as kubectl takes it; KIND is configmap (cm, configmaps; the "
+_REFERENCE = ("[KIND/]NS/NAME as in the configmirror.io/pull annotation, or with -n NS, "
+              "[KIND/]NAME as kubectl takes it; KIND is configmap (cm, configmaps; the "
               "default) or secret (secrets)")
 _NAMESPACE = ("the namespace of the sources: with a source named, its namespace; without, "
               "only the sources in this namespace (the same for plan, status and wait)")
@@ -166,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def selection_flags(p: Parser, required: bool = False) -> None:
         p.add_argument("source", nargs=None if required else "?", metavar="[KIND/]NS/NAME",
-                       help=_REFERENCE if required else f"only this source; {_REFERENCE}")
+                       help=f"{'the' if required else 'only this'} source, {_REFERENCE}")
         _add(p, "--namespace", None, _NAMESPACE, short="-n", env=False)
         _add(p, "--kind", None, "deprecated: name the kind in the source, secret/NS/NAME",
              choices=("configmap", "secret"))
