@@ -62,12 +62,13 @@ TESTS: dict[str, list[str]] = {
     "transport.py": ["tests/unit/test_transport.py", "tests/unit/test_kube.py"],
     "kube.py": ["tests/unit/test_kube.py", "tests/unit/test_transport.py"],
     "status.py": ["tests/unit/test_status.py"],
+    "flags.py": ["tests/unit/test_flags.py"],
     "caches.py": ["tests/unit/test_caches.py", "tests/e2e/test_caches.py",
                   "tests/e2e/test_expectations.py"],
 }
 GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "clock.py", "routing.py",
              "plan.py", "replicator.py", "servergate.py", "events.py", "transport.py", "kube.py",
-             "status.py", "caches.py")
+             "status.py", "caches.py", "flags.py")
 
 # One-line mutations asked for by name: (file, the line as it is, the line as mutated).
 NAMED: list[tuple[str, str, str]] = [
@@ -191,6 +192,7 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("plan.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN,
     ("status.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
     ("caches.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
+    ("flags.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
     ("caches.py", 'return self._informers.get(key.rsplit("/", 1)[-1]) or self._informers.get("")',
      'return self._informers.get(key.rsplit("/", 2)[-1]) or self._informers.get("")'):
         "an object's key is namespace/name, and neither holds a '/': one split or two give "

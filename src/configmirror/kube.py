@@ -145,9 +145,10 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
             selected = _select(config, context, named)
             where = f"{named} (context {selected.context})"
             _refuse_unsupported(selected, where)
+            # From the merged dict, which the official loader never writes back to a file.
             k8s_config.load_kube_config_from_dict(  # type: ignore[no-untyped-call]
                 config_dict=config, context=selected.context,
-                client_configuration=configuration, persist_config=False)
+                client_configuration=configuration)
         except (k8s_config.ConfigException, OSError, TypeError, ValueError) as err:
             raise ConfigError(f"cannot load cluster configuration from {where}: {err}") from None
         if "exec" in selected.user and not (configuration.api_key or configuration.cert_file):
@@ -218,7 +219,7 @@ def _merged(paths: list[str], named: str) -> Any:
     """The files merged as client-go merges them: the first file that names a cluster, user
     or context, or sets current-context, wins; files that do not exist are skipped (all of
     them missing is an error). The official merger lets the last current-context win, so
-    ours is set again from the first file that has one."""
+    it is set again from the first file that has one."""
     existing = [p for p in paths if os.path.exists(p)]
     if not existing:
         raise k8s_config.ConfigException(
@@ -230,7 +231,6 @@ def _merged(paths: list[str], named: str) -> Any:
         merger.load_config(path)  # type: ignore[no-untyped-call]
     current = next((c for p in existing
                     if (c := (merger.config_files.get(p) or {}).get("current-context"))), None)
-    merger.config.value.pop("current-context", None)
     if current:
         merger.config.value["current-context"] = current
     return merger.config

@@ -82,7 +82,7 @@ def test_unreachable_cluster_is_one_line(tmp_path: Path, command: str) -> None:
                           "cannot reach the API server at https://127.0.0.1:")
 
 
-# -- flags as the Go tools take them (in-process: the parser is pure) -------------------------
+# -- in-process: the parser is pure ------------------------------------------------------
 
 
 @pytest.fixture(autouse=True)
@@ -95,133 +95,6 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def parsed(*argv: str) -> argparse.Namespace:
     return flags.resolve(cli._parser().parse_args(argv))
-
-
-def refused(*argv: str) -> str:
-    with pytest.raises(flags.UsageError) as raised:
-        parsed(*argv)
-    return str(raised.value)
-
-
-@pytest.mark.parametrize(("argv", "value"), [
-    ((), False), (("--leader-elect",), True), (("--leader-elect=true",), True),
-    (("--leader-elect=false",), False), (("--no-leader-elect",), False),
-    (("--leader-elect=True",), True), (("--leader-elect=0",), False),
-    (("--leader-elect", "--no-leader-elect"), False),  # the last one wins, as in Go
-])
-def test_a_boolean_flag_is_flag_flag_equals_true_or_false_or_no_flag(
-        argv: tuple[str, ...], value: bool) -> None:
-    assert parsed("run", *argv).leader_elect is value
-
-
-def test_every_boolean_flag_takes_an_equals_value() -> None:
-    run = parsed("run", "--dry-run=true", "--source-metrics=true", "--leader-elect=true")
-    assert (run.dry_run, run.source_metrics, run.leader_elect) == (True, True, True)
-
-
-def test_a_boolean_flag_with_a_bad_value_is_refused_naming_both() -> None:
-    assert refused("run", "--leader-elect=ture") == (
-        "argument --leader-elect: 'ture' is not a boolean (true or false)")
-    assert refused("run", "--no-leader-elect=true") == (
-        "argument --no-leader-elect: takes no value (write --leader-elect=true)")
-
-
-@pytest.mark.parametrize(("text", "value"), [
-    ("true", True), ("false", False), ("1", True), ("0", False), ("yes", True), ("no", False),
-    ("TRUE", True), (" No ", False)])
-def test_a_boolean_variable_is_true_false_1_0_yes_or_no(
-        monkeypatch: pytest.MonkeyPatch, text: str, value: bool) -> None:
-    monkeypatch.setenv("CONFIGMIRROR_LEADER_ELECT", text)
-    assert parsed("run").leader_elect is value
-
-
-def test_a_boolean_variable_that_is_no_boolean_is_refused_naming_the_variable(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONFIGMIRROR_LEADER_ELECT", "ture")
-    assert refused("run") == ("CONFIGMIRROR_LEADER_ELECT='ture' (for --leader-elect) is not a "
-                              "boolean (true or false)")
-
-
-def test_the_command_line_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONFIGMIRROR_LEADER_ELECT", "true")
-    monkeypatch.setenv("CONFIGMIRROR_WORKERS", "not even a number")  # never read: given
-    run = parsed("run", "--no-leader-elect", "--workers", "3")
-    assert (run.leader_elect, run.workers) == (False, 3)
-
-
-DURATIONS = [("90s", 90.0), ("10m", 600.0), ("1h30m", 5400.0), ("1.5s", 1.5),
-             ("300ms", 0.3), ("60", 60.0), ("0", 0.0), ("2m30.5s", 150.5)]
-DURATION_FLAGS = [("run", "--resync-period"), ("run", "--drain-timeout"),
-                  ("run", "--delete-grace"), ("plan", "--delete-grace"),
-                  ("status", "--delete-grace"), ("wait", "--timeout")]
-
-
-@pytest.mark.parametrize(("command", "flag"), DURATION_FLAGS)
-@pytest.mark.parametrize(("text", "seconds"), DURATIONS)
-def test_every_duration_flag_takes_gos_syntax_and_bare_seconds(
-        command: str, flag: str, text: str, seconds: float) -> None:
-    source = ("ns/name",) if command == "wait" else ()
-    dest = flag[2:].replace("-", "_")
-    assert getattr(parsed(command, *source, f"{flag}={text}"), dest) == pytest.approx(seconds)
-    assert getattr(parsed(command, *source, flag, text), dest) == pytest.approx(seconds)
-
-
-@pytest.mark.parametrize(("command", "flag"), DURATION_FLAGS)
-def test_a_duration_variable_takes_gos_syntax(
-        monkeypatch: pytest.MonkeyPatch, command: str, flag: str) -> None:
-    monkeypatch.setenv(flags.env_name(flag), "1h30m")
-    source = ("ns/name",) if command == "wait" else ()
-    assert getattr(parsed(command, *source), flag[2:].replace("-", "_")) == 5400.0
-
-
-@pytest.mark.parametrize("text", ["10x", "1d", "5 m", "", "m", "1.5.5s", "-"])
-def test_a_bad_duration_is_refused_naming_the_flag_and_the_text(text: str) -> None:
-    assert refused("run", f"--resync-period={text}") == (
-        f"argument --resync-period: {text!r} is not a duration (Go's syntax: 90s, 10m, "
-        "1h30m, 1.5s, 300ms; a bare number is seconds)")
-
-
-def test_a_negative_duration_is_refused() -> None:
-    assert refused("run", "--delete-grace=-5s") == (
-        "argument --delete-grace: '-5s' is a negative duration")
-
-
-def test_a_bad_duration_variable_is_refused_naming_the_variable_and_the_flag(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CONFIGMIRROR_DRAIN_TIMEOUT", "soon")
-    assert refused("run").startswith(
-        "CONFIGMIRROR_DRAIN_TIMEOUT='soon' (for --drain-timeout) is not a duration")
-
-
-def test_a_bad_variable_breaks_only_the_commands_that_have_its_flag(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("CONFIGMIRROR_WORKERS", "many")       # run's only
-    monkeypatch.setenv("CONFIGMIRROR_LOG_LEVEL", "loud")     # every command's but version's
-    assert cli.main(["version"]) == 0
-    assert capsys.readouterr().out == f"configmirror {__version__}\n"
-    assert cli.main(["run"]) == 1
-    assert "CONFIGMIRROR_" in capsys.readouterr().err
-    monkeypatch.delenv("CONFIGMIRROR_LOG_LEVEL")
-    assert parsed("plan").log_level == "info", "plan has no --workers: its variable is not read"
-
-
-@pytest.mark.parametrize("variable", ["CONFIGMIRROR_LOG_FORMAT", "CONFIGMIRROR_OUTPUT"])
-def test_a_variable_outside_its_flags_choices_is_refused_naming_them(
-        monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
-    monkeypatch.setenv(variable, "xml")
-    flag = "--" + variable.removeprefix("CONFIGMIRROR_").lower().replace("_", "-")
-    assert refused("status").startswith(f"{variable}='xml' (for {flag}) is not one of text, "
-                                        "json")
-
-
-@pytest.mark.parametrize(("given", "level"), [
-    ("warn", "warning"), ("warning", "warning"), ("WARN", "warning"), ("debug", "debug"),
-    ("error", "error")])
-def test_log_level_warn_is_warning(monkeypatch: pytest.MonkeyPatch, given: str,
-                                   level: str) -> None:
-    assert parsed("run", "--log-level", given).log_level == level
-    monkeypatch.setenv("CONFIGMIRROR_LOG_LEVEL", given)
-    assert parsed("run").log_level == level
 
 
 def test_dash_dash_version_prints_the_version(capsys: pytest.CaptureFixture[str]) -> None:
