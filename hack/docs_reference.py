@@ -117,26 +117,16 @@ def annotations_page() -> str:
 # -- flags ----------------------------------------------------------------------------------------
 
 _ENV = re.compile(r"\s*\[env ([A-Z0-9_]+)\]$")
+_SHOWN = re.compile(r"\s*\(default: (.*)\)$")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from configmirror import cli
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(cli.ENV_PREFIX)}
+    from configmirror import cli, flags
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(flags.ENV_PREFIX)}
     try:
         return cli._parser()
     finally:
         os.environ.update(saved)
-
-
-def _default(action: argparse.Action) -> str:
-    value = action.default
-    if value is None or value == "":
-        return "none"
-    if isinstance(value, bool):
-        return "`true`" if value else "`false`"
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return f"`{value}`"
 
 
 def _deploy_args() -> dict[str, str]:
@@ -177,7 +167,10 @@ def flags_page() -> str:
             flag = (longs or action.option_strings)[0]
             text = action.help or ""
             env = _ENV.search(text)
-            text = _ENV.sub("", text).strip().removesuffix(f"(default: {action.default})")
+            text = _ENV.sub("", text).strip()
+            # flags.Parser says each default once, in the help: "... (default: 10m0s)".
+            shown = _SHOWN.search(text)
+            text = _SHOWN.sub("", text)
             if isinstance(action, argparse.BooleanOptionalAction):
                 flag_text = f"`{flag}`, `--no-{flag[2:]}`"
             else:
@@ -187,14 +180,16 @@ def flags_page() -> str:
                     f"`{c}`" for c in action.choices) + ")"
             flags[action.dest] = {"flag": flag_text,
                                   "env": f"`{env.group(1)}`" if env else "none",
-                                  "default": _default(action), "deploy": deployed.get(flag, ""),
+                                  "default": f"`{shown.group(1)}`" if shown else "none",
+                                  "deploy": deployed.get(flag, ""),
                                   "help": text.strip(), "commands": [name]}
     page = HEADER.format(source="configmirror.cli's argument parser and deploy/deployment.yaml")
     page += ("# Commands and flags\n\n`configmirror` is also `kubectl configmirror` (the "
              "`kubectl-configmirror` executable). Every flag can be set by its environment "
-             "variable; a flag on the command line wins. Booleans take `--flag`, `--no-flag`, "
-             "or in the environment `1`, `true`, `yes`, `on`. Durations are Go's (`60s`, "
-             "`1m30s`).\n\n## Commands\n\n")
+             "variable; a flag on the command line wins. Booleans take `--flag`, "
+             "`--flag=true|false` and `--no-flag`, or in the environment `true`, `false`, "
+             "`1`, `0`, `yes`, `no`. Durations are Go's (`90s`, `10m`, `1h30m`; a bare "
+             "number is seconds).\n\n## Commands\n\n")
     page += _table(["command", "what it does"], commands)
     page += ("\n## Flags\n\nThe default is the program's; the column `deploy/` is what "
              "`deploy/deployment.yaml` (and the chart, by default) passes.\n\n")

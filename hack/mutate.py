@@ -64,12 +64,13 @@ TESTS: dict[str, list[str]] = {
     "kube.py": ["tests/unit/test_kube.py", "tests/unit/test_transport.py"],
     "status.py": ["tests/unit/test_status.py"],
     "policy.py": ["tests/unit/test_policy.py", "tests/integration/test_policy.py"],
+    "flags.py": ["tests/unit/test_flags.py"],
     "caches.py": ["tests/unit/test_caches.py", "tests/integration/test_caches.py",
                   "tests/integration/test_expectations.py"],
 }
 GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "tokenbucket.py", "clock.py",
              "routing.py", "plan.py", "replicator.py", "servergate.py", "events.py",
-             "transport.py", "kube.py", "status.py", "caches.py", "policy.py")
+             "transport.py", "kube.py", "status.py", "caches.py", "policy.py", "flags.py")
 
 # One-line mutations asked for by name: (file, the line as it is, the line as mutated).
 NAMED: list[tuple[str, str, str]] = [
@@ -197,6 +198,7 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("plan.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN,
     ("status.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
     ("caches.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
+    ("flags.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
     ("caches.py", 'return self._informers.get(key.rsplit("/", 1)[-1]) or self._informers.get("")',
      'return self._informers.get(key.rsplit("/", 2)[-1]) or self._informers.get("")'):
         "an object's key is namespace/name, and neither holds a '/': one split or two give "

@@ -1,10 +1,13 @@
 """The `configmirror` command: `run`, `plan`, `status`, `wait`, `migrate`, `version` (also as
 `kubectl configmirror ...`: the `kubectl-configmirror` entry point is the same program).
 
-Every flag can also be set by an environment variable: `--max-retries` is
-CONFIGMIRROR_MAX_RETRIES. A flag on the command line wins over the environment.
-Mistakes a user can make (bad flags, no kubeconfig, unreachable cluster) end in one line on
-stderr and exit code 1, never a traceback.
+Flags follow the Go tools (`flags`): booleans as `--flag`, `--flag=true|false`, `--no-flag`;
+durations as `90s`, `10m`, `1h30m`; every flag but those choosing what to show (`-n`,
+`--target-namespace`) also an environment variable (`--max-retries` is
+CONFIGMIRROR_MAX_RETRIES), the command line winning. A source is named as
+in the pull annotation, `[configmap/|secret/]NS/NAME`, or as kubectl names it, `-n NS
+[KIND/]NAME`. Mistakes a user can make (bad flags, no kubeconfig, unreachable cluster) end in
+one line on stderr and exit code 1 (`wait`: 3), never a traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import json
 import logging
 import os
+import platform
 import re
 import signal
 import sys
@@ -20,70 +24,95 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, NoReturn, overload
+from typing import Any, Literal, overload
+
+import kubernetes
+import yaml
 
 from configmirror import __version__, policy
 from configmirror.caches import ClusterCache, KindCache, Replicated, replicated_kinds
+from configmirror.flags import (
+    UNSET,
+    Choice,
+    Parser,
+    UsageError,
+    boolean,
+    duration,
+    env_name,
+    integer,
+    number,
+    resolve,
+)
 from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
 from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_source
-from configmirror.settings import Settings, format_duration, parse_duration
+from configmirror.settings import Settings, format_duration
 from configmirror.spec import InvalidSpec, ReplicaRules
 from configmirror.status import Failure, KindView, SourceStatus, namespace_status, source_status
 from configmirror.vocabulary import CONFIGMAP, EVENTS, SECRET, Kind
 
-ENV_PREFIX = "CONFIGMIRROR_"
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-EXIT_OUT_OF_SYNC = 2
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+EXIT_OUT_OF_SYNC = 2      # plan: changes to make
+EXIT_TIMED_OUT = 1        # wait: not in sync when the timeout passed
+EXIT_NO_SUCH_SOURCE = 2   # wait: the source does not exist
+EXIT_WAIT_ERROR = 3       # wait: anything else (bad flags, no cluster): never a timeout's 1
+_ERROR_EXIT = {"wait": EXIT_WAIT_ERROR}  # a command's exit code for an error, if not 1
+_KINDS = {"configmap": "configmap", "configmaps": "configmap", "cm": "configmap",
+          "secret": "secret", "secrets": "secret"}  # kubectl's names (case does not matter)
+_OUTPUT = ("text", "json", "yaml")
+_CONVENTIONS = """\
+flags: booleans as --flag, --flag=true|false or --no-flag; durations as 90s, 10m, 1h30m,
+300ms (a bare number is seconds); each flag but -n and --target-namespace also an
+environment variable, CONFIGMIRROR_ and its name (--max-retries: CONFIGMIRROR_MAX_RETRIES),
+the command line winning.
+"""
+_REFERENCE = ("[KIND/]NS/NAME as in the configmirror.io/pull annotation, or with -n NS, "
+              "[KIND/]NAME as kubectl takes it; KIND is configmap (cm, configmaps; the "
+              "default) or secret (secrets)")
+_NAMESPACE = ("the namespace of the sources: with a source named, its namespace; without, "
+              "only the sources in this namespace (the same for plan, status and wait)")
 
 
-class UsageError(Exception):
-    """A mistake on the command line or in the environment (one line, exit 1)."""
+def _add(parser: Parser, flag: str, default: Any, help: str,
+         kind: Callable[[str], Any] = str, choices: Sequence[str] | None = None, *,
+         short: str | None = None, env: bool = True) -> None:
+    """A flag (flags.Parser.flag) whose value may come from its environment variable; the
+    builtin types stand for the Go-style parsers of that type."""
+    builtin: dict[Any, Callable[[str], Any]] = {int: integer, float: number, bool: boolean}
+    parse = builtin.get(kind, kind)
+    if choices is not None:
+        parse = Choice(tuple(choices))
+    parser.flag(flag, default, help, parse, short=short, env=env)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def _env(flag: str) -> str:
-    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
-
-
-def _add(parser: argparse.ArgumentParser, flag: str, default: Any, help: str,
-         kind: Callable[[str], Any] = str, choices: Sequence[str] | None = None) -> None:
-    """A flag whose default comes from its environment variable, then from `default`."""
-    raw = os.environ.get(_env(flag))
-    if kind is bool:
-        value = default if raw is None else raw.strip().lower() in ("1", "true", "yes", "on")
-        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=value,
-                            help=f"{help} [env {_env(flag)}]")
-        return
-    if raw is not None:
-        try:
-            default = kind(raw)
-        except ValueError:
-            raise UsageError(f"{_env(flag)}={raw!r} is not a valid {kind.__name__}") from None
-    parser.add_argument(flag, type=kind, default=default, choices=choices,
-                        help=f"{help} (default: {default}) [env {_env(flag)}]")
-
-
-def duration(text: str) -> float:
-    """A duration flag's value: `60s`, `1m30s`, `0s` (argparse names the type in errors)."""
-    return parse_duration(text)
+def _epilog(codes: Sequence[tuple[int, str]], conventions: bool = True) -> str:
+    """Exit codes, one a line, then the flag conventions."""
+    said = "exit codes:\n" + "".join(f"  {code}  {meaning}\n" for code, meaning in codes)
+    return said + ("\n" + _CONVENTIONS if conventions else "")
 
 
 def _parser() -> argparse.ArgumentParser:
     d = Settings()
-    parser = _Parser(prog=_prog(), description="Keeps ConfigMaps (and named Secrets) "
-                     "replicated across namespaces. See README.md.")
+    parser = Parser(prog=_prog(), description="Keeps ConfigMaps (and named Secrets) "
+                    "replicated across namespaces. See README.md.", epilog=_CONVENTIONS,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"configmirror {__version__}")
     commands = parser.add_subparsers(dest="command",
                                      metavar="{run,plan,status,wait,migrate,version}")
     commands.required = True
 
-    def cluster_flags(p: argparse.ArgumentParser) -> None:
-        _add(p, "--kubeconfig", d.kubeconfig, "kubeconfig file (default: in-cluster, then "
-             "$KUBECONFIG or ~/.kube/config)")
-        _add(p, "--context", d.context, "kubeconfig context")
+    def command(name: str, help: str, codes: Sequence[tuple[int, str]],
+                conventions: bool = True) -> Parser:
+        made: Parser = commands.add_parser(
+            name, help=help, description=help, epilog=_epilog(codes, conventions),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            error_code=_ERROR_EXIT.get(name, 1))
+        return made
+
+    def cluster_flags(p: Parser) -> None:
+        _add(p, "--kubeconfig", d.kubeconfig, "kubeconfig file; without it $KUBECONFIG (a "
+             "list of files, merged), then in a pod its service account, then ~/.kube/config")
+        _add(p, "--context", d.context, "kubeconfig context (default: its current-context)")
         _add(p, "--source-namespaces", d.source_namespaces,
              "namespaces whose sources are honoured (globs, ! excludes)")
         _add(p, "--source-namespace-selector", d.source_namespace_selector,
@@ -103,24 +132,22 @@ def _parser() -> argparse.ArgumentParser:
              "Flux, Helm and cert-manager claim objects; '' drops nothing)")
         _add(p, "--drop-annotations", d.drop_annotations, "annotation keys never copied to a "
              "replica (globs; replaces the default list, the same as --drop-labels's)")
-        _add(p, "--delete-grace", format_duration(d.delete_grace), "how long every removal of "
+        _add(p, "--delete-grace", d.delete_grace, "how long every removal of "
              "a replica waits after its cause is first seen (a source deleted or no longer "
              "annotated, a namespace that stops matching); if the cause goes within it, "
              "nothing is written. 0s removes at once", duration)
         _add(p, "--log-format", d.log_format, "log format", choices=("text", "json"))
-        _add(p, "--log-level", d.log_level, "log level",
-             choices=("debug", "info", "warning", "error"))
+        p.flag("--log-level", d.log_level, "log level",
+               Choice(("debug", "info", "warning", "error"), (("warn", "warning"),)))
 
-    def operator_flag(p: argparse.ArgumentParser) -> None:
-        _add(p, "--operator-namespace", "", "judge with the policy the operator in this "
-             "namespace publishes (default: look it up); a policy flag given here overrides it")
-
-    run = commands.add_parser("run", help="run the operator until SIGTERM/SIGINT")
+    run = command("run", "run the operator until SIGTERM/SIGINT",
+                  [(0, "stopped by SIGTERM or SIGINT, in-flight work drained"),
+                   (1, "error (bad flags, no cluster, lost leadership)")])
     cluster_flags(run)
     _add(run, "--workers", d.workers, "reconcile worker threads", int)
     _add(run, "--max-retries", d.max_retries, "attempts per change before giving up", int)
     _add(run, "--resync-period", d.resync_period,
-         "seconds between re-checks of every source from the cache (0: never)", float)
+         "how often every source is checked again from the cache (0: never)", duration)
     _add(run, "--leader-elect", d.leader_elect, "elect a leader among replicas through a Lease",
          bool)
     _add(run, "--leader-election-namespace", d.leader_election_namespace,
@@ -131,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     _add(run, "--health-probe-bind-address", d.health_probe_bind_address,
          "host:port for /healthz and /readyz ('0' disables)")
     _add(run, "--drain-timeout", d.drain_timeout,
-         "seconds in-flight reconciles may take to finish on SIGTERM", float)
+         "how long in-flight reconciles may take to finish on SIGTERM", duration)
     _add(run, "--dry-run", d.dry_run, "decide and log every write, perform none", bool)
     _add(run, "--source-metrics", d.source_metrics, "export configmirror_source_replicas"
          "{kind,source,state}: each source's replicas by state (a series per source: off by "
@@ -141,38 +168,46 @@ def _parser() -> argparse.ArgumentParser:
     _add(run, "--kube-api-burst", d.kube_api_burst, "requests allowed above --kube-api-qps "
          "in a burst", int)
 
-    plan = commands.add_parser("plan", help="print what run would change, change nothing; "
-                               "exit 0 when in sync, 2 when not")
+    def selection_flags(p: Parser, required: bool = False) -> None:
+        p.add_argument("source", nargs=None if required else "?", metavar="[KIND/]NS/NAME",
+                       help=f"{'the' if required else 'only this'} source, {_REFERENCE}")
+        _add(p, "--namespace", None, _NAMESPACE, short="-n", env=False)
+        _add(p, "--kind", None, "deprecated: name the kind in the source, secret/NS/NAME",
+             choices=("configmap", "secret"))
+        _add(p, "--output", "text", "output format", choices=_OUTPUT, short="-o")
+        _add(p, "--operator-namespace", "", "judge with the policy the operator in this "
+             "namespace publishes (default: look it up); a policy flag given here overrides it")
+
+    plan = command("plan", "print what run would change, change nothing",
+                   [(0, "in sync"), (EXIT_OUT_OF_SYNC, "not in sync: changes to make, or "
+                                     "problems"),
+                    (1, "error (bad flags, no cluster, no such source)")])
     cluster_flags(plan)
-    operator_flag(plan)
-    _add(plan, "--namespace", None, "only sources in this namespace")
-    _add(plan, "--output", "text", "output format", choices=("text", "json"))
+    selection_flags(plan)
 
-    status = commands.add_parser("status", help="per source: targets, in sync, pending, "
-                                 "problems (the same decision as run); change nothing")
+    status = command("status", "per source: targets, in sync, pending, problems (the same "
+                     "decision as run); change nothing",
+                     [(0, "shown (in sync or not)"),
+                      (1, "error (bad flags, no cluster, no such source or namespace)")])
     cluster_flags(status)
-    operator_flag(status)
-    status.add_argument("source", nargs="?", metavar="NS/NAME", help="only this source")
-    _add(status, "--kind", "configmap", "the kind of NS/NAME", choices=KIND_CHOICES)
-    _add(status, "--namespace", None, "what this namespace holds and pulls, and the sources "
-         "of those")
-    _add(status, "--output", "text", "output format", choices=("text", "json"))
-    status.add_argument("-o", dest="output", choices=("text", "json"), help="--output")
+    selection_flags(status)
+    _add(status, "--target-namespace", None, "what this namespace holds and pulls, and the "
+         "sources of those", env=False)
 
-    wait = commands.add_parser("wait", help="exit 0 as soon as every target of a source is "
-                               "in sync, 1 when the timeout passes or it does not exist")
+    wait = command("wait", "wait until every target of a source is in sync",
+                   [(0, "in sync"),
+                    (EXIT_TIMED_OUT, "not in sync when --timeout passed (what is pending "
+                                     "is printed)"),
+                    (EXIT_NO_SUCH_SOURCE, "no such source"),
+                    (EXIT_WAIT_ERROR, "error (bad flags, no cluster)")])
     cluster_flags(wait)
-    operator_flag(wait)
-    wait.add_argument("source", metavar="NS/NAME", help="the source")
-    _add(wait, "--kind", "configmap", "the kind of NS/NAME", choices=KIND_CHOICES)
-    _add(wait, "--timeout", "5m", "how long to wait", duration)
+    selection_flags(wait, required=True)
+    _add(wait, "--timeout", 300.0, "how long to wait", duration)
 
     _add_migrate(commands)
-    commands.add_parser("version", help="print the version")
+    version = command("version", "print the version", [(0, "printed")], conventions=False)
+    _add(version, "--output", "text", "output format", choices=_OUTPUT, short="-o")
     return parser
-
-
-KIND_CHOICES = ("configmap", "secret")
 
 
 def _prog() -> str:
@@ -183,22 +218,41 @@ def _prog() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    command: str | None = None
     try:
         args = _parser().parse_args(argv)
+        command = args.command
+        given = _given(args)
+        resolve(args)  # the environment variables of this command only
         if args.command == "version":
-            print(f"configmirror {__version__}")
-            return 0
+            return _version(args)
         _setup_logging(args.log_format, args.log_level)
-        if args.command != "run":
-            args.given = _given(argv)
+        args.given = given
         commands = {"run": _run, "plan": _plan, "status": _status, "wait": _wait,
                     "migrate": _migrate}
         return commands[args.command](args)
     except (UsageError, ConfigError) as err:
         print(f"{_prog()}: {err}", file=sys.stderr)
-        return 1
+        code = err.code if isinstance(err, UsageError) else None
+        return code if code is not None else _ERROR_EXIT.get(command or "", 1)
     except KeyboardInterrupt:
         return 130
+
+
+def _version(args: argparse.Namespace) -> int:
+    if args.output == "text":
+        print(f"configmirror {__version__}")
+    else:
+        print(_dump({"version": __version__, "python": platform.python_version(),
+                     "kubernetes_client": kubernetes.__version__}, args.output), end="")
+    return 0
+
+
+def _dump(doc: dict[str, Any], output: str) -> str:
+    """`doc` as -o json or -o yaml prints it (ending in a newline)."""
+    if output == "yaml":
+        return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    return json.dumps(doc, indent=2) + "\n"
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -224,17 +278,17 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def _given(argv: Sequence[str] | None) -> dict[str, str]:
+def _given(args: argparse.Namespace) -> dict[str, str]:
     """Each policy setting the user set, and how: its flag on the command line, or its
-    CONFIGMIRROR_* variable (a default is not set)."""
-    parser = _parser()
-    parsers = [parser, *(p for a in parser._actions if isinstance(a, argparse._SubParsersAction)
-                         for p in a.choices.values())]
-    for action in (a for p in parsers for a in p._actions):
-        action.default = argparse.SUPPRESS  # so only what the command line sets is named
-    named = vars(parser.parse_args(argv))
-    return {f: policy.flag(f) if f in named else _env(policy.flag(f)) for f in policy.POLICY
-            if f in named or _env(policy.flag(f)) in os.environ}
+    CONFIGMIRROR_* variable (a default is not set). Read before resolve() fills the rest."""
+    given = {}
+    for field in policy.POLICY:
+        option = policy.flag(field)
+        if getattr(args, field, UNSET) is not UNSET:
+            given[field] = option
+        elif env_name(option) in os.environ:
+            given[field] = env_name(option)
+    return given
 
 
 def _followed(args: argparse.Namespace, settings: Settings) -> Settings:
@@ -366,13 +420,17 @@ def _plans(cached: KindCache, settings: Settings,
 
 def _plan(args: argparse.Namespace) -> int:
     settings = _followed(args, _settings(args))
+    source = _source(args, settings)
     cache = _listed(settings)
-    plans = [p for cached in cache.kinds.values() for p in _plans(
-        cached, settings, lambda key: not args.namespace or key.split("/", 1)[0] == args.namespace)]
+    plans = [p for kind, cached in cache.kinds.items()
+             for p in _plans(cached, settings, _only(kind, source, args.namespace))]
+    if source is not None and not plans:
+        raise UsageError(f"there is no {source[0].name} source {source[1]} (nor a replica "
+                         "of one)")
     in_sync = all(p.in_sync for p in plans)
-    if args.output == "json":
-        print(json.dumps({"in_sync": in_sync, "plans": [p.to_json() for p in plans]},
-                         indent=2))
+    if args.output != "text":
+        print(_dump({"in_sync": in_sync, "plans": [p.to_json() for p in plans]}, args.output),
+              end="")
     else:
         _print_plans(plans)
     return 0 if in_sync else EXIT_OUT_OF_SYNC
@@ -380,31 +438,28 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     settings = _followed(args, _settings(args))
-    kind = _kind_of(args.kind, settings)
-    if args.source is not None:
-        _source_key(args.source)
+    source = _source(args, settings)
     cache, failures = _listed(settings, failures=True)
-    views = {k.name: KindView(c.caches, c.scope, c.names, _plans(c, settings))
+    views = {k.name: KindView(c.caches, c.scope, c.names,
+                              _plans(c, settings, _only(k, source, args.namespace)))
              for k, c in cache.kinds.items()}
     sources = [source_status(p, view, failures) for view in views.values() for p in view.plans]
     namespace = None
-    if args.source is not None:
-        sources = [s for s in sources if s.kind == kind.name and s.source == args.source]
-        if not sources or not sources[0].exists:
-            raise UsageError(f"there is no {kind.name} source {args.source}")
-    if args.namespace is not None:
-        namespace = namespace_status(args.namespace, views, frozenset(views))
+    if source is not None and (not sources or not sources[0].exists):
+        raise UsageError(f"there is no {source[0].name} source {source[1]}")
+    if args.target_namespace is not None:
+        namespace = namespace_status(args.target_namespace, views, frozenset(views))
         if not namespace["exists"]:
-            raise UsageError(f"there is no namespace {args.namespace}")
+            raise UsageError(f"there is no namespace {args.target_namespace}")
         related = {(h["kind"], h["replica_of"]) for h in namespace["holds"]} | {
             (v, p.source) for v, view in views.items() for p in view.plans
-            if args.namespace in p.targets or args.namespace in p.pullers}
+            if args.target_namespace in p.targets or args.target_namespace in p.pullers}
         sources = [s for s in sources if (s.kind, s.source) in related]
-    if args.output == "json":
+    if args.output != "text":
         doc: dict[str, Any] = {"sources": [s.to_json() for s in sources]}
         if namespace is not None:
             doc["namespace"] = namespace
-        print(json.dumps(doc, indent=2))
+        print(_dump(doc, args.output), end="")
     else:
         _print_status(sources, namespace)
     return 0
@@ -412,8 +467,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _wait(args: argparse.Namespace) -> int:
     settings = _followed(args, _settings(args))
-    kind = _kind_of(args.kind, settings)
-    key = _source_key(args.source)
+    kind, key = _reference_of(args, settings)
     kube = _connect(settings, pool_size=2, limited=False)
     changed = threading.Event()
     cache = ClusterCache(kube, _kinds(settings), _rules(settings),
@@ -429,17 +483,25 @@ def _wait(args: argparse.Namespace) -> int:
                 view = KindView(cached.caches, cached.scope, cached.names, plans)
                 last = source_status(plans[0], view, ()) if plans else None
                 if last is None or not last.exists:
-                    raise UsageError(f"there is no {kind.name} source {key}")
+                    raise UsageError(f"there is no {kind.name} source {key}",
+                                     EXIT_NO_SUCH_SOURCE)
                 if last.done:
-                    print(f"{key}: in sync in {last.targets} target namespace(s)")
+                    if args.output != "text":
+                        print(_dump({"in_sync": True, "source": last.to_json()}, args.output),
+                              end="")
+                    else:
+                        print(f"{key}: in sync in {last.targets} target namespace(s)")
                     return 0
             left = deadline - time.monotonic()
             if left <= 0:
                 print(f"{_prog()}: {key} not in sync after {format_duration(args.timeout)}",
                       file=sys.stderr)
-                if last is not None:
+                if last is not None and args.output != "text":
+                    print(_dump({"in_sync": False, "source": last.to_json()}, args.output),
+                          end="")
+                elif last is not None:
                     _print_status([last], None)
-                return 1
+                return EXIT_TIMED_OUT
             changed.wait(min(left, 1.0))
             changed.clear()
     finally:
@@ -447,20 +509,67 @@ def _wait(args: argparse.Namespace) -> int:
         kube.close()
 
 
-def _kind_of(flag: str, settings: Settings) -> Kind:
-    if flag == "secret":
+def _source(args: argparse.Namespace, settings: Settings) -> tuple[Kind, str] | None:
+    """The source the command names (its kind and key NS/NAME), or None when it names none."""
+    return None if args.source is None else _reference_of(args, settings)
+
+
+def _reference_of(args: argparse.Namespace, settings: Settings) -> tuple[Kind, str]:
+    said, key = _reference(args.source, args.namespace)
+    if args.kind is not None:  # the deprecated --kind
+        if said is not None and said != args.kind:
+            raise UsageError(f"{args.source!r} is a {said}, --kind says {args.kind}")
+        print(f"{_prog()}: warning: --kind is deprecated: write {args.kind}/{key}",
+              file=sys.stderr)
+        said = args.kind
+    return _kind_of(said or "configmap", settings), key
+
+
+def _reference(text: str, namespace: str | None) -> tuple[str | None, str]:
+    """A source as `[KIND/]NS/NAME` (the pull annotation's form) or, with -n NS,
+    `[KIND/]NAME` (kubectl's): its kind, as named in `_KINDS` (None: not said), and its
+    key NS/NAME."""
+    parts = text.split("/")
+    kind: str | None = None
+    if namespace is None and len(parts) in (2, 3):
+        if len(parts) == 3:
+            kind = parts.pop(0)
+        space, name = parts
+    elif namespace is not None and len(parts) in (1, 2, 3):
+        if len(parts) > 1:
+            kind = parts.pop(0)
+        if len(parts) == 2 and parts[0] != namespace:
+            raise UsageError(f"{text!r} is in namespace {parts[0]}, -n says {namespace}")
+        space, name = namespace, parts[-1]
+    else:
+        raise UsageError(f"{text!r} is not [KIND/]NAMESPACE/NAME" if namespace is None
+                         else f"{text!r} is not [KIND/]NAME (with -n {namespace})")
+    if kind is not None and kind.lower() not in _KINDS:
+        raise UsageError(f"{text!r}: {kind!r} is not a kind (configmap, cm, configmaps, "
+                         "secret, secrets)")
+    if not _DNS_LABEL.fullmatch(space):
+        raise UsageError(f"{text!r}: {space!r} is not a namespace name")
+    if not _DNS_NAME.fullmatch(name) or len(name) > 253:
+        raise UsageError(f"{text!r}: {name!r} is not an object name")
+    return (None if kind is None else _KINDS[kind.lower()]), f"{space}/{name}"
+
+
+def _only(kind: Kind, source: tuple[Kind, str] | None,
+          namespace: str | None) -> Callable[[str], bool]:
+    """Which source keys of `kind` a command is about: the source it names, or those of
+    -n's namespace, or all."""
+    if source is not None:
+        return lambda key: kind is source[0] and key == source[1]
+    return lambda key: namespace is None or key.split("/", 1)[0] == namespace
+
+
+def _kind_of(kind: str, settings: Settings) -> Kind:
+    if kind == "secret":
         if not settings.secrets:
-            raise UsageError("--kind secret needs the operator's --secret-names and "
+            raise UsageError("a secret source needs the operator's --secret-names and "
                              "--secret-source-namespaces (only those Secrets are ever read)")
         return SECRET
     return CONFIGMAP
-
-
-def _source_key(text: str) -> str:
-    namespace, _, name = text.partition("/")
-    if not _DNS_NAME.fullmatch(namespace) or not _DNS_NAME.fullmatch(name):
-        raise UsageError(f"{text!r} is not NAMESPACE/NAME")
-    return text
 
 
 def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None) -> None:
@@ -524,25 +633,28 @@ EXIT_NEEDS_A_HUMAN = 3
 
 def _add_migrate(commands: Any) -> None:
     d = Settings()
-    migrate = commands.add_parser(
-        "migrate", help="print the configmirror annotations that mean what kubernetes-"
-        "reflector's or kubernetes-replicator's do; change nothing; exit 0 when every one "
-        "converts exactly, 3 when some need a human")
+    codes = [(0, "every source converts exactly"),
+             (1, "error (bad flags, no cluster)"),
+             (EXIT_NEEDS_A_HUMAN, "some need a human (listed)")]
+    help = ("print the configmirror annotations that mean what kubernetes-reflector's or "
+            "kubernetes-replicator's do; change nothing")
+    migrate: Parser = commands.add_parser(
+        "migrate", help=help, description=help, epilog=_epilog(codes),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     migrate.add_argument("--from", dest="tool", required=True,
                          choices=("reflector", "kubernetes-replicator"),
                          help="the tool whose annotations to convert")
-    _add(migrate, "--kubeconfig", d.kubeconfig, "kubeconfig file (default: in-cluster, then "
-         "$KUBECONFIG or ~/.kube/config)")
-    _add(migrate, "--context", d.context, "kubeconfig context")
+    _add(migrate, "--kubeconfig", d.kubeconfig, "kubeconfig file; without it $KUBECONFIG (a "
+         "list of files, merged), then in a pod its service account, then ~/.kube/config")
+    _add(migrate, "--context", d.context, "kubeconfig context (default: its current-context)")
     _add(migrate, "--exclude-namespaces", d.exclude_namespaces, "the operator's "
          "--exclude-namespaces: a target there today is reported, configmirror never writes "
          "there")
     _add(migrate, "--output", "text", "text, or yaml: partial objects for kubectl apply "
-         "(--server-side) or Git", choices=("text", "yaml"))
-    migrate.add_argument("-o", dest="output", choices=("text", "yaml"), help="--output")
+         "(--server-side) or Git", choices=("text", "yaml"), short="-o")
     _add(migrate, "--log-format", d.log_format, "log format", choices=("text", "json"))
-    _add(migrate, "--log-level", d.log_level, "log level",
-         choices=("debug", "info", "warning", "error"))
+    migrate.flag("--log-level", d.log_level, "log level",
+                 Choice(("debug", "info", "warning", "error"), (("warn", "warning"),)))
 
 
 def _migrate(args: argparse.Namespace) -> int:

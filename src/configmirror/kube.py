@@ -27,7 +27,7 @@ from urllib.parse import urlencode
 
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION, KubeConfigMerger
+from kubernetes.config.kube_config import ENV_KUBECONFIG_PATH_SEPARATOR, KubeConfigMerger
 
 from configmirror.clock import Clock, RealClock
 from configmirror.tokenbucket import TokenBucketRateLimiter
@@ -97,7 +97,11 @@ class ApiError(Exception):
 
 def load_configuration(kubeconfig: str | None = None, context: str | None = None,
                        pool_size: int = 16) -> k8s_client.Configuration:
-    """In a pod (and no kubeconfig given): the in-cluster config; elsewhere the kubeconfig.
+    """The cluster configuration, found where client-go and controller-runtime look for it:
+    `kubeconfig` (--kubeconfig), else the files $KUBECONFIG lists, else in a pod the
+    in-cluster configuration, else ~/.kube/config. `context` picks a context of whichever
+    kubeconfig that is; as in controller-runtime, naming one skips the in-cluster step (a
+    pod's own configuration has no contexts).
 
     Raises ConfigError, naming the file, the context and the field, for a configuration that
     cannot be loaded or says something this client cannot honour. Logs one warning when it
@@ -105,7 +109,8 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     """
     configuration = k8s_client.Configuration()
     selected: _Selected | None = None
-    if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+    found = _kubeconfig(kubeconfig, context)
+    if found is None:
         where = "the in-cluster configuration"
         try:
             k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
@@ -113,15 +118,17 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
         except (k8s_config.ConfigException, OSError, TypeError, ValueError) as err:
             raise ConfigError(f"cannot load {where}: {err}") from None
     else:
-        path = kubeconfig or KUBE_CONFIG_DEFAULT_LOCATION
-        where = f"{path}{f' (context {context})' if context else ''}"
+        paths, named = found
+        where = f"{named}{f' (context {context})' if context else ''}"
         try:
-            selected = _select(path, context)
-            where = f"{path} (context {selected.context})"
+            config = _merged(paths, named)
+            selected = _select(config, context, named)
+            where = f"{named} (context {selected.context})"
             _refuse_unsupported(selected, where)
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=path, context=context, client_configuration=configuration,
-                persist_config=False)
+            # From the merged dict, which the official loader never writes back to a file.
+            k8s_config.load_kube_config_from_dict(  # type: ignore[no-untyped-call]
+                config_dict=config, context=selected.context,
+                client_configuration=configuration)
         except (k8s_config.ConfigException, OSError, TypeError, ValueError) as err:
             raise ConfigError(f"cannot load cluster configuration from {where}: {err}") from None
         if "exec" in selected.user and not (configuration.api_key or configuration.cert_file):
@@ -151,15 +158,16 @@ class _Selected:
     user: dict[str, Any]
 
 
-def _select(path: str, context: str | None) -> _Selected:
+def _select(config: Any, context: str | None, named: str) -> _Selected:
     """Which context, cluster and user a kubeconfig load uses, read as the official loader
-    reads them (files merged as KUBECONFIG lists them); raises its ConfigException."""
-    config = KubeConfigMerger(path).config  # type: ignore[no-untyped-call]
-    if config is None:
-        raise k8s_config.ConfigException("no kubeconfig found")
+    reads them; raises its ConfigException, naming a context the files do not have."""
     name = context or config.safe_get("current-context")
     if not name:
         raise k8s_config.ConfigException("no context given and no current-context set")
+    contexts = [str(c["name"]) for c in config.safe_get("contexts") or ()]
+    if name not in contexts:
+        raise k8s_config.ConfigException(
+            f"context {name!r} is not in {named} (its contexts: {', '.join(contexts) or 'none'})")
     chosen = config["contexts"].get_with_name(name)["context"]
     cluster_name = str(chosen.safe_get("cluster") or "")
     user_name = str(chosen.safe_get("user") or "")
@@ -168,6 +176,44 @@ def _select(path: str, context: str | None) -> _Selected:
     return _Selected(str(name), cluster_name,
                      dict((cluster.safe_get("cluster") or {}) if cluster else {}), user_name,
                      dict((user.safe_get("user") or {}) if user else {}))
+
+
+def _kubeconfig(kubeconfig: str | None, context: str | None) -> tuple[list[str], str] | None:
+    """The kubeconfig files to merge, in order, and how to name them in an error; None for
+    the in-cluster configuration. Read from the environment at each call, not at import."""
+    if kubeconfig:
+        return [os.path.expanduser(kubeconfig)], kubeconfig
+    listed = os.environ.get("KUBECONFIG", "")
+    if listed:
+        paths = [os.path.expanduser(p) for p in listed.split(ENV_KUBECONFIG_PATH_SEPARATOR) if p]
+        return paths, f"$KUBECONFIG ({listed})"
+    if context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    return [os.path.expanduser(_HOME_KUBECONFIG)], _HOME_KUBECONFIG
+
+
+_HOME_KUBECONFIG = "~/.kube/config"
+
+
+def _merged(paths: list[str], named: str) -> Any:
+    """The files merged as client-go merges them: the first file that names a cluster, user
+    or context, or sets current-context, wins; files that do not exist are skipped (all of
+    them missing is an error). The official merger lets the last current-context win, so
+    it is set again from the first file that has one."""
+    existing = [p for p in paths if os.path.exists(p)]
+    if not existing:
+        raise k8s_config.ConfigException(
+            "no such file (and no --kubeconfig, no $KUBECONFIG, not in a pod)"
+            if named == _HOME_KUBECONFIG else "no such file" if len(paths) == 1
+            else "none of its files exists")
+    merger = KubeConfigMerger("")  # type: ignore[no-untyped-call]
+    for path in existing:  # one at a time: a path may hold the list separator
+        merger.load_config(path)  # type: ignore[no-untyped-call]
+    current = next((c for p in existing
+                    if (c := (merger.config_files.get(p) or {}).get("current-context"))), None)
+    if current:
+        merger.config.value["current-context"] = current
+    return merger.config
 
 
 # What a kubeconfig user may say that the official client's loader ignores (so would we).

@@ -50,23 +50,31 @@ class Settings:
         return [n.strip() for n in self.secret_names.split(",") if n.strip()]
 
 
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(h|ms|m|s))")
-_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+# Go's time.ParseDuration: a sign, then one or more numbers each with its unit.
+_NUMBER = r"\d+\.?\d*|\.\d+"
+_DURATION_PART = re.compile(rf"({_NUMBER})(ns|us|\u00b5s|\u03bcs|ms|s|m|h)", re.ASCII)
+_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0,
+          "m": 60.0, "h": 3600.0}
+DURATION_SYNTAX = "Go's syntax: 90s, 10m, 1h30m, 1.5s, 300ms; a bare number is seconds"
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in a duration as Kubernetes tools write them: `60s`, `1m30s`, `1h`, `500ms`,
-    `0` (or a plain number of seconds). Raises ValueError naming the text."""
-    text = text.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        parts = _DURATION.findall(text)
-        if not text or "".join(n + u for n, u in parts) != text:
-            raise ValueError(f"{text!r} is not a duration (use e.g. 60s, 1m30s, 0s)") from None
+    """Seconds in a duration written as Go's time.ParseDuration reads it (`90s`, `10m`,
+    `1h30m`, `1.5s`, `300ms`), or as a bare number of seconds (`60`, `0.5`), which older
+    configmirror flags took. Raises ValueError saying what is wrong (not naming the text)."""
+    body = text.strip()
+    sign, body = (body[0], body[1:]) if body[:1] in ("+", "-") else ("", body)
+    if re.fullmatch(_NUMBER, body, re.ASCII):
+        seconds = float(body)
+    else:
+        parts = _DURATION_PART.findall(body)
+        if not body or "".join(n + u for n, u in parts) != body:
+            raise ValueError(f"not a duration ({DURATION_SYNTAX})")
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if not 0 <= seconds < float("inf"):  # negative, NaN or infinite
-        raise ValueError(f"{text!r} is not a duration (use e.g. 60s, 1m30s, 0s)")
+    if sign == "-" and seconds:
+        raise ValueError("a negative duration")
+    if seconds == float("inf"):
+        raise ValueError("too long a duration")
     return seconds
 
 

@@ -154,11 +154,12 @@ def test_status_counts_and_lists_exactly_what_plan_would_do(
     wait_replica(cluster, b)
     (s,) = json.loads(cli(cluster, "status", f"{src}/cfg", "-o", "json").stdout)["sources"]
     assert (s["targets"], s["in_sync"], s["pending"]) == (3, 2, [])
-    view = json.loads(cli(cluster, "status", "--namespace", refused, "-o", "json").stdout)
+    view = json.loads(cli(cluster, "status", "--target-namespace", refused, "-o",
+                          "json").stdout)
     assert view["namespace"]["pulls"] == [{"entry": f"{src}/cfg", "state": "refused",
                                            "reason": view["namespace"]["pulls"][0]["reason"]}]
     assert "does not allow" in view["namespace"]["pulls"][0]["reason"]
-    held = json.loads(cli(cluster, "status", "--namespace", a, "-o", "json").stdout)
+    held = json.loads(cli(cluster, "status", "--target-namespace", a, "-o", "json").stdout)
     assert held["namespace"]["holds"] == [{"kind": "ConfigMap", "name": "cfg",
                                            "replica_of": f"{src}/cfg", "state": "in sync"}]
     assert [x["source"] for x in held["sources"]] == [f"{src}/cfg"]
@@ -194,7 +195,7 @@ def test_wait_returns_once_a_new_namespace_has_its_replica_and_fails_on_timeout_
     assert late.returncode == 1 and "not in sync after 2s" in late.stderr
     assert f"conflict: {blocked}/cfg exists" in late.stdout
     missing = cli(cluster, "wait", f"{src}/nothing", "--timeout", "30s")
-    assert missing.returncode == 1 and "there is no ConfigMap source" in missing.stderr
+    assert missing.returncode == 2 and "there is no ConfigMap source" in missing.stderr
 
 
 def test_kubectl_configmirror_status_runs_through_kubectl(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -9,8 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from configmirror import __version__
+from configmirror import __version__, cli, flags
+from configmirror.settings import Settings
+from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.controlplane import free_port
 
 
@@ -46,10 +50,10 @@ def test_version() -> None:
 
 @pytest.mark.parametrize(("args", "contains"), [
     (("run", "--no-such-flag"), "unrecognized arguments: --no-such-flag"),
-    (("run", "--workers", "zero"), "invalid int value: 'zero'"),
+    (("run", "--workers", "zero"), "argument --workers: 'zero' is not an integer"),
     (("run", "--workers", "0"), "--workers must be at least 1"),
     (("run", "--max-retries", "0"), "--max-retries must be at least 1"),
-    (("run", "--log-format", "xml"), "invalid choice: 'xml'"),
+    (("run", "--log-format", "xml"), "argument --log-format: 'xml' is not one of text, json"),
     (("run", "--exclude-namespaces", "kube-["), "--exclude-namespaces: invalid namespace"),
     (("run", "--metrics-bind-address", "nowhere"), "--metrics-bind-address must be host:port"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
@@ -63,7 +67,8 @@ def test_flags_come_from_the_environment_too() -> None:
     assert_one_line_error(run("run", env={"CONFIGMIRROR_WORKERS": "0"}),
                           "--workers must be at least 1")
     assert_one_line_error(run("run", env={"CONFIGMIRROR_MAX_RETRIES": "many"}),
-                          "CONFIGMIRROR_MAX_RETRIES='many' is not a valid int")
+                          "CONFIGMIRROR_MAX_RETRIES='many' (for --max-retries) is not an "
+                          "integer")
 
 
 def test_missing_kubeconfig_is_one_line(tmp_path: Path) -> None:
@@ -75,3 +80,181 @@ def test_missing_kubeconfig_is_one_line(tmp_path: Path) -> None:
 def test_unreachable_cluster_is_one_line(tmp_path: Path, command: str) -> None:
     assert_one_line_error(run(command, "--kubeconfig", str(unreachable_kubeconfig(tmp_path))),
                           "cannot reach the API server at https://127.0.0.1:")
+
+
+# -- in-process: the parser is pure ------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No CONFIGMIRROR_* variable of the caller's leaks in, and main sets up no logging."""
+    for name in [n for n in os.environ if n.startswith("CONFIGMIRROR_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(cli, "_setup_logging", lambda fmt, level: None)
+
+
+def parsed(*argv: str) -> argparse.Namespace:
+    return flags.resolve(cli._parser().parse_args(argv))
+
+
+def test_dash_dash_version_prints_the_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"configmirror {__version__}\n"
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_version_prints_json_or_yaml(capsys: pytest.CaptureFixture[str], output: str) -> None:
+    assert cli.main(["version", "-o", output]) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads(printed) if output == "json" else yaml.safe_load(printed)
+    assert doc["version"] == __version__
+    assert set(doc) == {"version", "python", "kubernetes_client"}
+
+
+def helps() -> dict[str, str]:
+    parser = cli._parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {"": parser.format_help(), **{name: p.format_help()
+                                         for name, p in commands.choices.items()}}
+
+
+@pytest.mark.parametrize("command", ["", "run", "plan", "status", "wait", "version"])
+def test_help_says_each_default_once_and_never_none(command: str) -> None:
+    text = helps()[command]
+    assert "None" not in text and "(default: )" not in text
+    parser = cli._parser()
+    sub = parser if not command else next(
+        a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices[command]
+    for action in sub._actions:
+        assert (action.help or "").count("default:") <= 1, action.option_strings
+
+
+def test_help_shows_defaults_as_their_flags_take_them() -> None:
+    run, wait = " ".join(helps()["run"].split()), " ".join(helps()["wait"].split())
+    assert "(default: 10m0s) [env CONFIGMIRROR_RESYNC_PERIOD]" in run
+    assert "(default: 25s) [env CONFIGMIRROR_DRAIN_TIMEOUT]" in run
+    assert "(default: 1m0s) [env CONFIGMIRROR_DELETE_GRACE]" in run
+    assert "--leader-elect, --no-leader-elect elect a leader" in run
+    assert "(default: false) [env CONFIGMIRROR_LEADER_ELECT]" in run
+    assert "(default: 5m0s) [env CONFIGMIRROR_TIMEOUT]" in wait
+
+
+@pytest.mark.parametrize(("command", "codes"), [
+    ("plan", ["0  in sync", "2  not in sync", "1  error"]),
+    ("status", ["0  shown", "1  error"]),
+    ("wait", ["0  in sync", "1  not in sync when --timeout passed", "2  no such source",
+              "3  error"]),
+])
+def test_help_documents_the_exit_codes(command: str, codes: list[str]) -> None:
+    text = helps()[command]
+    assert "exit codes:" in text
+    for code in codes:
+        assert f"\n  {code}" in text, code
+
+
+def test_the_exit_codes_are_the_ones_help_documents() -> None:
+    assert (cli.EXIT_OUT_OF_SYNC, cli.EXIT_TIMED_OUT, cli.EXIT_NO_SUCH_SOURCE,
+            cli.EXIT_WAIT_ERROR) == (2, 1, 2, 3)
+
+
+@pytest.mark.parametrize("argv", [
+    ("wait",), ("wait", "ns/name", "--timeout=soon"), ("wait", "pod/ns/name"),
+    ("wait", "ns/name", "--kubeconfig", "/nonexistent/kubeconfig")])
+def test_a_wait_that_cannot_start_is_an_error_never_a_timeout(
+        argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(list(argv)) == cli.EXIT_WAIT_ERROR
+    assert capsys.readouterr().err.startswith("configmirror: ")
+
+
+# -- one way to name a source: [KIND/]NS/NAME, or -n NS [KIND/]NAME ----------------------------
+
+
+@pytest.mark.parametrize(("text", "namespace", "said", "key"), [
+    ("ns/name", None, None, "ns/name"),
+    ("configmap/ns/name", None, "configmap", "ns/name"),
+    ("secret/ns/name", None, "secret", "ns/name"),
+    ("cm/ns/name", None, "configmap", "ns/name"),
+    ("configmaps/ns/name", None, "configmap", "ns/name"),
+    ("Secrets/ns/name", None, "secret", "ns/name"),
+    ("name", "ns", None, "ns/name"),
+    ("configmap/name", "ns", "configmap", "ns/name"),
+    ("secret/name", "ns", "secret", "ns/name"),
+    ("secret/ns/name", "ns", "secret", "ns/name"),
+    ("cm/a.b-c", "ns-1", "configmap", "ns-1/a.b-c"),
+])
+def test_a_source_is_named_as_in_the_pull_annotation_or_as_kubectl_names_it(
+        text: str, namespace: str | None, said: str | None, key: str) -> None:
+    assert cli._reference(text, namespace) == (said, key)
+
+
+@pytest.mark.parametrize(("text", "namespace", "message"), [
+    ("name", None, "'name' is not [KIND/]NAMESPACE/NAME"),
+    ("a/b/c/d", None, "'a/b/c/d' is not [KIND/]NAMESPACE/NAME"),
+    ("a/b/c/d", "ns", "'a/b/c/d' is not [KIND/]NAME (with -n ns)"),
+    ("pod/ns/name", None, "'pod/ns/name': 'pod' is not a kind (configmap, cm, configmaps, "
+                          "secret, secrets)"),
+    ("other/name", "ns", "'other/name': 'other' is not a kind"),
+    ("secret/other/name", "ns", "'secret/other/name' is in namespace other, -n says ns"),
+    ("NS/name", None, "'NS/name': 'NS' is not a namespace name"),
+    ("ns/Name", None, "'ns/Name': 'Name' is not an object name"),
+    ("ns/", None, "'ns/': '' is not an object name"),
+    ("name", "Bad_NS", "'name': 'Bad_NS' is not a namespace name"),
+])
+def test_a_source_named_otherwise_is_refused_saying_how(
+        text: str, namespace: str | None, message: str) -> None:
+    with pytest.raises(flags.UsageError) as raised:
+        cli._reference(text, namespace)
+    assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize("command", ["plan", "status", "wait"])
+def test_plan_status_and_wait_take_n_and_o_with_one_meaning(command: str) -> None:
+    short = parsed(command, "-n", "team", "-o", "yaml", "cm/cfg")
+    long = parsed(command, "--namespace=team", "--output=json", "cm/cfg")
+    assert (short.namespace, short.output, short.source) == ("team", "yaml", "cm/cfg")
+    assert (long.namespace, long.output) == ("team", "json")
+    assert " ".join(helps()[command].split()).count(" ".join(cli._NAMESPACE.split())) == 1
+
+
+def test_n_is_never_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONFIGMIRROR_NAMESPACE", "team")
+    assert parsed("plan").namespace is None
+
+
+def settings(secrets: bool) -> Settings:
+    return Settings(secret_names="creds" if secrets else "",
+                    secret_source_namespaces="*" if secrets else "")
+
+
+def test_the_kind_of_a_source_is_the_one_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli._reference_of(parsed("status", "secret/ns/creds"), settings(True)) == (
+        SECRET, "ns/creds")
+    assert cli._reference_of(parsed("wait", "-n", "ns", "cm/cfg"), settings(True)) == (
+        CONFIGMAP, "ns/cfg")
+    assert cli._reference_of(parsed("wait", "ns/cfg"), settings(True)) == (CONFIGMAP, "ns/cfg")
+    assert capsys.readouterr().err == ""
+
+
+def test_kind_is_a_deprecated_alias_that_still_works(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli._reference_of(parsed("wait", "ns/creds", "--kind", "secret"), settings(True)) == (
+        SECRET, "ns/creds")
+    assert capsys.readouterr().err == (
+        "configmirror: warning: --kind is deprecated: write secret/ns/creds\n")
+    with pytest.raises(flags.UsageError, match="'configmap/ns/creds' is a configmap, --kind "
+                                               "says secret"):
+        cli._reference_of(parsed("wait", "configmap/ns/creds", "--kind=secret"), settings(True))
+
+
+def test_a_secret_source_needs_the_secret_flags() -> None:
+    with pytest.raises(flags.UsageError, match="a secret source needs the operator's "
+                                               "--secret-names"):
+        cli._reference_of(parsed("status", "secret/ns/creds"), settings(False))
+
+
+def test_status_shows_a_namespaces_holdings_with_target_namespace() -> None:
+    status = parsed("status", "--target-namespace", "team", "-n", "platform")
+    assert (status.target_namespace, status.namespace, status.source) == (
+        "team", "platform", None)

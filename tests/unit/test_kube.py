@@ -35,6 +35,7 @@ from configmirror.kube import (
     resource_of,
 )
 from configmirror.vocabulary import CONFIGMAPS, EVENTS, SECRETS
+from configmirror_testing.certs import make_pki
 from configmirror_testing.localserver import LocalServer, RawServer, no_unclosed_sockets
 from configmirror_testing.wait import wait_for
 
@@ -748,6 +749,118 @@ def test_a_kubeconfig_given_wins_over_the_pods_own_configuration(
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     config = write_kubeconfig(tmp_path / "k", {"one": "http://127.0.0.1:1"})
     assert load_configuration(config).host == "http://127.0.0.1:1"
+
+
+# -- where the configuration comes from: --kubeconfig, $KUBECONFIG, in-cluster, ~/.kube/config
+
+
+@pytest.fixture
+def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No $KUBECONFIG, not in a pod, and a home of our own (no ~/.kube/config yet)."""
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def in_a_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A pod's environment and service account files; returns the server they name."""
+    from kubernetes.config import incluster_config
+
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("pod-token")
+    (account / "ca.crt").write_bytes(make_pki(tmp_path / "pki").ca.read_bytes())
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(account / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(account / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    return "https://10.0.0.1:443"
+
+
+def test_the_kubeconfig_given_wins_over_kubeconfig_listed(
+        nowhere: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    given = write_kubeconfig(tmp_path / "given", {"one": "http://127.0.0.1:1"})
+    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "env", {"one": "http://127.0.0.1:2"}))
+    assert load_configuration(given).host == "http://127.0.0.1:1"
+
+
+def test_kubeconfig_listed_wins_over_the_pods_own_configuration(
+        nowhere: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    in_a_pod(tmp_path, monkeypatch)
+    monkeypatch.setenv("KUBECONFIG", write_kubeconfig(tmp_path / "env", {"one": "http://127.0.0.1:2"}))
+    assert load_configuration().host == "http://127.0.0.1:2"
+
+
+def test_in_a_pod_the_pods_own_configuration_wins_over_the_home_kubeconfig(
+        nowhere: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = in_a_pod(tmp_path, monkeypatch)
+    write_kubeconfig(nowhere / ".kube" / "config", {"one": "http://127.0.0.1:3"})
+    loaded = load_configuration()
+    assert (loaded.host, loaded.api_key) == (server, {"BearerToken": "bearer pod-token"})
+
+
+def test_a_context_named_in_a_pod_is_the_home_kubeconfigs(
+        nowhere: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    in_a_pod(tmp_path, monkeypatch)
+    write_kubeconfig(nowhere / ".kube" / "config", {"one": "http://127.0.0.1:3",
+                                                    "two": "http://127.0.0.1:4"})
+    assert load_configuration(context="two").host == "http://127.0.0.1:4"
+
+
+def test_outside_a_pod_the_home_kubeconfig_is_read(nowhere: Path) -> None:
+    write_kubeconfig(nowhere / ".kube" / "config", {"one": "http://127.0.0.1:3"})
+    assert load_configuration().host == "http://127.0.0.1:3"
+
+
+def test_no_configuration_anywhere_says_where_it_looked(nowhere: Path) -> None:
+    with pytest.raises(ConfigError, match=r"from ~/.kube/config: no such file \(and no "
+                                          r"--kubeconfig, no \$KUBECONFIG, not in a pod\)"):
+        load_configuration()
+
+
+def test_kubeconfig_files_are_merged_the_first_to_name_a_thing_wins(
+        nowhere: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = write_kubeconfig(tmp_path / "first", {"one": "http://127.0.0.1:1"}, current=None)
+    second = write_kubeconfig(tmp_path / "second", {"one": "http://127.0.0.1:2",
+                                                    "two": "http://127.0.0.1:3"}, current="two")
+    third = write_kubeconfig(tmp_path / "third", {"one": "http://127.0.0.1:4"}, current="one")
+    missing = str(tmp_path / "missing")
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([missing, first, second, third]))
+    # current-context: the first file that sets it (the second; the official merger takes
+    # the last); a context or cluster named twice: the first file's.
+    assert load_configuration().host == "http://127.0.0.1:3"
+    assert load_configuration(context="one").host == "http://127.0.0.1:1"
+
+
+def test_a_context_of_a_later_kubeconfig_file_is_found(
+        nowhere: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = write_kubeconfig(tmp_path / "first", {"one": "http://127.0.0.1:1"})
+    second = write_kubeconfig(tmp_path / "second", {"two": "http://127.0.0.1:2"})
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([first, second]))
+    assert load_configuration(context="two").host == "http://127.0.0.1:2"
+
+
+def test_kubeconfig_listing_no_file_that_exists_is_refused_naming_it(
+        nowhere: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    in_a_pod(tmp_path, monkeypatch)  # no falling back to another cluster than the one asked
+    listed = os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b")])
+    monkeypatch.setenv("KUBECONFIG", listed)
+    with pytest.raises(ConfigError, match=f"from \\$KUBECONFIG \\({listed}\\): none of its "
+                                          "files exists"):
+        load_configuration()
+
+
+def test_a_context_not_in_the_listed_files_is_refused_naming_it_and_theirs(
+        nowhere: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = write_kubeconfig(tmp_path / "first", {"one": "http://127.0.0.1:1"})
+    second = write_kubeconfig(tmp_path / "second", {"two": "http://127.0.0.1:2"})
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([first, second]))
+    with pytest.raises(ConfigError, match=r"context 'nope' is not in \$KUBECONFIG .*"
+                                          r"\(its contexts: one, two\)"):
+        load_configuration(context="nope")
 
 
 def test_a_blank_line_between_events_is_skipped_without_waiting_for_more() -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from pytest_mock import MockerFixture
 
-from configmirror.cli import _given
+from configmirror.cli import _given as given_in
+from configmirror.cli import _parser
 from configmirror.clock import FakeClock
 from configmirror.kube import ApiError, Kube
 from configmirror.policy import (
@@ -103,7 +104,7 @@ def test_two_operators_are_refused_naming_both() -> None:
 
 def test_a_grace_that_does_not_parse_names_the_configmap_and_key() -> None:
     with pytest.raises(PolicyError, match="configmap configmirror/configmirror-policy: "
-                       "delete-grace: 'soon' is not a duration"):
+                       "delete-grace: not a duration"):
         judge_with([published(**{"delete-grace": "soon"})], Settings(), {})
 
 
@@ -143,6 +144,10 @@ def test_a_policy_variable_in_the_environment_is_given(monkeypatch: pytest.Monke
 
 
 # -- the publisher's error paths (the API server's side is tests/e2e/test_policy.py) -----------
+
+def _given(argv: list[str]) -> dict[str, str]:
+    return given_in(_parser().parse_args(argv))
+
 
 def written(version: str) -> dict[str, Any]:
     return {"metadata": {"resourceVersion": version}}
