@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from configmirror.clock import FakeClock
 from configmirror.kube import ApiError
+from configmirror.memory import Memory
 from configmirror.model import (
     CONFIGMAP,
     CONTENT_HASH,
@@ -41,13 +42,12 @@ from configmirror.plan import (
     REMOVALS,
     Grace,
     desired_body,
-    nothing_admitted,
     plan_source,
     pull_refusals,
     unserved_pulls,
 )
 from configmirror.reconcile import ReconcileError
-from configmirror.replicator import Expectations, Replicator
+from configmirror.replicator import Replicator
 from configmirror.routing import namespace_keys, object_keys
 from configmirror.spec import (
     ON_DELETE,
@@ -262,7 +262,7 @@ def plan_all(world: World) -> list[Any]:
     caches, _, _ = caches_of(world)
     keys = {s.key for s in caches.sources()} | set(caches.replicated_sources())
     grace = Grace.from_now(world.grace)
-    return [plan_source(k, caches, caches.get, SCOPE, nothing_admitted, grace)
+    return [plan_source(k, caches, caches.get, SCOPE, grace)
             for k in sorted(keys)]
 
 
@@ -274,8 +274,8 @@ def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
     caches, objects, spaces = caches_of(world)
     listed = [server.revision]  # the revision the caches were last listed at (the watermark)
     replicator = Replicator(server, caches, SCOPE, recorder,  # type: ignore[arg-type]
-                            Expectations(lambda key: listed[0]), delete_grace=world.grace,
-                            clock=clock, unserved=frozenset({"ConfigMap"}))
+                            Memory(lambda key: listed[0], world.grace, clock),
+                            unserved=frozenset({"ConfigMap"}))
     queue: WorkQueue[Key] = WorkQueue(clock=clock)
     # Start-up: the informers' first lists arrive as "added" events.
     for namespace in spaces.values():

@@ -4,7 +4,7 @@ caches, as the command builds them)."""
 from __future__ import annotations
 
 from configmirror.model import CONFIGMAP, SECRET, CachedObject, Caches, Namespace
-from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_source
+from configmirror.plan import Grace, ReplicationPlan, plan_source
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.status import Failure, KindView, Problem, namespace_status, source_status
@@ -28,7 +28,7 @@ def view(objects: list[CachedObject], namespaces: list[Namespace], scope: Scope 
     names, over these caches."""
     w = caches or world(objects, namespaces)
     keys = {s.key for s in w.sources()} | set(w.replicated_sources())
-    return KindView(w, scope, names, [plan_source(k, w, w.get, scope, nothing_admitted, grace)
+    return KindView(w, scope, names, [plan_source(k, w, w.get, scope, grace)
                                       for k in sorted(keys)])
 
 
