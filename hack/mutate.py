@@ -567,6 +567,11 @@ PRELOAD = ("pytest", "pytest_mock", "pytest_timeout", "hypothesis", "kubernetes"
            "prometheus_client", "urllib3", "yaml")
 
 
+# A child's exit code pytest never uses (its own are 0-5; 4, a usage error, is also what a
+# mutant that breaks an import of conftest's gets, and that mutant is killed).
+OUTSIDE = 99
+
+
 class Workspace:
     """A copy of the tree (src, testing, tests, pyproject.toml) whose configmirror the tests
     import; a mutant is written there and the pristine file put back after each run."""
@@ -617,7 +622,7 @@ class Workspace:
         sys.stderr.flush()
         import configmirror
         if not Path(configmirror.__file__).resolve().is_relative_to(self.root.resolve()):
-            return 4  # tested some other configmirror: say so, count nothing
+            return OUTSIDE  # tested some other configmirror: say so, count nothing
         return int(code)
 
     def output(self) -> str:
@@ -629,7 +634,7 @@ def outcome_of(status: int, output: str) -> str:
     if os.WIFSIGNALED(status):
         return "timeout"  # killed by us at its deadline
     code = os.WEXITSTATUS(status)
-    if code == 4:
+    if code == OUTSIDE:
         raise SystemExit("mutate: a child imported configmirror from outside its copy")
     if code == 0:
         last = output.strip().splitlines()[-1] if output.strip() else ""

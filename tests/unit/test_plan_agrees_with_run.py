@@ -4,14 +4,19 @@ Each world has several sources per name (with creation times that tie and that d
 invalid ones, sources in namespaces that may not push, sources that retain their replicas or
 sync them once, leftovers of deleted sources, foreign objects, replicas in every state (in
 sync, stale, edited by hand, without their hash mark), and namespaces in every state
-(labelled, ignored, terminating, absent), and a delete grace of 0 or 30 s. `plan` lists its
-actions and problems from one look at the caches. Then the workers run: the real work queue
-on a fake clock (stepped to the next due key whenever only delayed keys are left), the real
-routing of watch events and the real replicator, writing to a recording server that stores
-what it is sent; its stored objects go back into the caches as a relist does, round after
-round, until nothing more is written. Every write, conflict and problem the run
-made is then compared with what `plan` listed, object by object, and a second `plan` lists
-nothing left to do.
+(labelled, ignored, terminating, absent), and a delete grace of 0 or 30 s. Some namespaces
+have admission that changes every replica written there (a policy that adds a label, or one
+that rewrites a data key), and replicas already as such admission left them (labelled, or
+rewritten and marked). `plan` lists its actions and problems from one look at the caches.
+Then the workers run: the real work queue on a fake clock (stepped to the next due key
+whenever only delayed keys are left), the real routing of watch events and the real
+replicator, writing to a recording server that stores what it is sent (as its admission
+changes it); its stored objects go back into the caches as a relist does, round after round,
+until nothing more is written. Every write, conflict and problem the run made is then
+compared with what `plan` listed, object by object (and the one patch that
+names a rewritten key on a replica the first time, which plan cannot know of), a second
+`plan` lists nothing left to do, and a restarted operator (no memory, a fresh list) writes
+nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from configmirror.admission import ADMITTED
 from configmirror.clock import FakeClock
 from configmirror.kube import ApiError
 from configmirror.memory import Memory
@@ -47,7 +53,7 @@ from configmirror.plan import (
     unserved_pulls,
 )
 from configmirror.reconcile import ReconcileError
-from configmirror.replicator import Replicator
+from configmirror.replicator import MUTATED, Replicator
 from configmirror.routing import namespace_keys, object_keys
 from configmirror.spec import (
     ON_DELETE,
@@ -86,6 +92,19 @@ class World:
     namespaces: dict[str, dict[str, Any]]
     objects: dict[str, dict[str, Any]]  # "ns/name" -> the stored object
     grace: float = 0.0                  # --delete-grace
+    # namespace -> what admission does to each write there: "label" (adds one), "data"
+    # (rewrites data key k); absent: nothing
+    admission: dict[str, str] = field(default_factory=dict)
+
+
+def admitted(body: dict[str, Any], admission: str) -> dict[str, Any]:
+    """`body` as the server's admission stores it."""
+    if admission == "label":
+        body["metadata"]["labels"] = {**(body["metadata"].get("labels") or {}),
+                                      "policy.example/owner": "team"}
+    elif admission == "data":
+        body["data"] = {**(body.get("data") or {}), "k": "policy"}
+    return body
 
 
 def source_body(namespace: str, name: str, targeting: dict[str, str], data: str,
@@ -156,7 +175,8 @@ def worlds(draw: st.DrawFn) -> World:
             owner = draw(st.sampled_from(owners))
             if not set(SOURCE_ANNOTATIONS) & set(owner["metadata"]["annotations"]):
                 continue  # never a source: it has no replicas
-            state = draw(st.sampled_from(["in sync", "stale", "edited", "no hash"]))
+            state = draw(st.sampled_from(["in sync", "stale", "edited", "no hash", "labelled",
+                                          "marked"]))
             origin = copy.deepcopy(owner)
             if state == "stale":
                 origin["data"] = {"k": "old"}
@@ -166,8 +186,14 @@ def worlds(draw: st.DrawFn) -> World:
                 replica["data"] = {"k": "by hand"}
             elif state == "no hash":
                 del replica["metadata"]["annotations"][CONTENT_HASH]
+            elif state == "labelled":  # as a policy that labels replicas left it
+                admitted(replica, "label")
+            elif state == "marked":  # as a policy that rewrites k left it, and we marked it
+                admitted(replica, "data")["metadata"]["annotations"][ADMITTED] = "data/k"
             objects[key] = replica
-    return World(namespaces, objects, draw(st.sampled_from([0.0, 30.0])))
+    admission = {n: a for n in namespaces
+                 if (a := draw(st.sampled_from(["", "", "label", "data"])))}
+    return World(namespaces, objects, draw(st.sampled_from([0.0, 30.0])), admission)
 
 
 # -- the run's side: a recording server and the workers -------------------------------------
@@ -180,6 +206,7 @@ class RecordingServer:
 
     objects: dict[str, dict[str, Any]]
     clock: FakeClock
+    admission: dict[str, str]
     revision: int = 1
     writes: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, object, source)
     times: list[float] = field(default_factory=list)  # seconds into the run of each write
@@ -203,7 +230,8 @@ class RecordingServer:
             if stored.get("immutable"):
                 raise ApiError(422, "Invalid", "field is immutable", verb, path)
             return self._store(verb, key, body)
-        if verb == "patch":  # a JSON merge patch of metadata (releasing a replica)
+        if verb == "patch":  # a JSON merge patch of metadata (releasing or marking a replica)
+            marking = set(body["metadata"].get("annotations") or {}) == {ADMITTED}
             if body["metadata"].pop("resourceVersion") != stored["metadata"]["resourceVersion"]:
                 raise ApiError(409, "Conflict", "the object has been modified", verb, path)
             owner = stored["metadata"]["annotations"][REPLICA_OF]
@@ -216,7 +244,7 @@ class RecordingServer:
                     else:
                         values[k] = v
             self._store("patch", key, patched)
-            self.writes[-1] = ("release", key, owner)
+            self.writes[-1] = ("admitted" if marking else "release", key, owner)
             return copy.deepcopy(self.objects[key])
         assert verb == "delete", verb
         if body["preconditions"]["resourceVersion"] != stored["metadata"]["resourceVersion"]:
@@ -229,7 +257,8 @@ class RecordingServer:
 
     def _store(self, verb: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
         self.revision += 1
-        stored = copy.deepcopy(body)
+        namespace = key.split("/", maxsplit=1)[0]
+        stored = admitted(copy.deepcopy(body), self.admission.get(namespace, ""))
         stored["metadata"].update(uid=f"w-{self.revision}", resourceVersion=str(self.revision))
         self.objects[key] = stored
         self.writes.append((verb, key, body["metadata"]["annotations"].get(REPLICA_OF, "")))
@@ -269,7 +298,7 @@ def plan_all(world: World) -> list[Any]:
 def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
     """The workers, round after round (each round ends with a relist), until quiet."""
     clock = FakeClock(START)
-    server = RecordingServer(copy.deepcopy(world.objects), clock)
+    server = RecordingServer(copy.deepcopy(world.objects), clock, world.admission)
     recorder = RecordingRecorder()
     caches, objects, spaces = caches_of(world)
     listed = [server.revision]  # the revision the caches were last listed at (the watermark)
@@ -315,15 +344,21 @@ def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
     raise AssertionError(f"still writing after 10 rounds: {server.writes}")
 
 
-def expected_writes(plans: list[Any]) -> Counter[tuple[str, str, str, float]]:
+def expected_writes(plans: list[Any], world: World) -> Counter[tuple[str, str, str, float]]:
     """The writes a plan's actions mean, and when (seconds into the run): a recreate is a
-    delete and a create."""
+    delete and a create; and where admission rewrites k, the patch that marks it on a
+    replica written without the mark (a rewrite carries the mark the replica had)."""
     writes: Counter[tuple[str, str, str, float]] = Counter()
     for p in plans:
         for a in p.actions:
             where = f"{a.namespace}/{a.name}"
             for verb in (("delete", "create") if a.kind == "recreate" else (a.kind,)):
                 writes[(verb, where, a.source, a.due_in)] += 1
+            if a.kind in ("create", "update", "recreate") and \
+                    world.admission.get(a.namespace) == "data":
+                current = world.objects.get(where) if a.kind != "create" else None
+                if current is None or ADMITTED not in current["metadata"]["annotations"]:
+                    writes[("admitted", where, a.source, a.due_in)] += 1
     return writes
 
 
@@ -336,7 +371,7 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
     # Every write plan listed, and when: a removal (and the create that follows one) after
     # the grace, anything else at once.
     done = Counter((*w, t) for w, t in zip(server.writes, server.times, strict=True))
-    assert done == expected_writes(plans)
+    assert done == expected_writes(plans, world)
     waited = [a for p in plans for a in p.actions if a.kind in REMOVALS]
     assert all(a.due_in == world.grace for a in waited), "plan says how long each waits"
     conflicts = {(r, obj, m.split(" ", 1)[0]) for r, obj, m in recorder.warnings
@@ -344,9 +379,15 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
     assert conflicts == {("TargetConflict", c.source, f"{c.namespace}/{c.name}")
                          for p in plans for c in p.conflicts}
     problems = {(r, obj) for r, obj, _ in recorder.warnings
-                if r not in ("TargetConflict", "PullNotAllowed")}
+                if r not in ("TargetConflict", "PullNotAllowed", MUTATED)}
     assert problems == {("InvalidSpec", p.source) for p in plans if p.invalid} | {
         ("SourceNotAllowed", p.source) for p in plans if p.not_allowed}
+
+    # What admission changed is said once per source that wrote where admission acts.
+    mutated = [obj for r, obj, _ in recorder.warnings if r == MUTATED]
+    assert sorted(mutated) == sorted({source for verb, where, source in server.writes
+                                      if verb in ("create", "update")
+                                      and world.admission.get(where.split("/", 1)[0])})
 
     # Every pull that gets nothing is said once, on its Namespace, with why.
     caches, _, spaces = caches_of(world)
@@ -356,5 +397,8 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
     said = [(obj, m) for r, obj, m in recorder.warnings if r == "PullNotAllowed"]
     assert sorted(said) == sorted((f"/{r.namespace}", r.message) for r in refused)
 
-    after = plan_all(World(world.namespaces, server.objects, world.grace))
+    converged = World(world.namespaces, server.objects, world.grace, world.admission)
+    after = plan_all(converged)
     assert [(p.source, p.actions) for p in after if p.actions] == []
+    restarted, _ = run(converged)  # a new process: no memory, the caches listed afresh
+    assert restarted.writes == [], "a restart writes nothing, admitted replicas included"
