@@ -197,7 +197,9 @@ def test_a_data_key_admission_rewrites_is_named_on_the_replica_once_then_carried
         mocker: MockerFixture) -> None:
     world = World(ns("a"))
     world.put(source({REPLICATE_TO: "a"}, data={"k": "1"}))
-    r, kube, _ = replicator(mocker, world, watermark=10**9)  # each write's echo is cached
+    metrics = Metrics()
+    r, kube, _ = replicator(mocker, world, watermark=10**9,  # each write's echo is cached
+                            metrics=metrics)
     written: list[dict[str, Any]] = []
 
     def server(verb: str, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
@@ -215,6 +217,9 @@ def test_a_data_key_admission_rewrites_is_named_on_the_replica_once_then_carried
     assert [c.args[0] for c in kube.request.call_args_list] == ["create", "patch"]
     assert kube.request.call_args.kwargs["body"]["metadata"] == {
         "resourceVersion": "30", "annotations": {ADMITTED: "data/k"}}
+    assert metrics.registry.get_sample_value(
+        "configmirror_replica_writes_total", {"action": "admitted", "resource": "configmaps"}
+    ) == 1, "the mark is a write, and counted as one"
     world.put(cached(written[-1]))
     assert r.reconcile(TARGET) == Result(), "in sync as the server stores it"
     world.put(source({REPLICATE_TO: "a"}, data={"k": "2"}, rv="11"))
