@@ -186,11 +186,14 @@ def test_a_write_admission_adds_a_label_to_is_written_once_and_needs_no_mark(
         mocker: MockerFixture) -> None:
     world = World(ns("a"))
     world.put(source({REPLICATE_TO: "a"}))
-    r, kube, _ = replicator(mocker, world)
+    r, kube, recorder = replicator(mocker, world)
     kube.request.side_effect = lambda verb, path, body, **_: answer(body, labels={"o": "t"})
     assert r.reconcile(TARGET) == Result(changed=True)
     assert r.reconcile(TARGET) == Result(), "what the server stored is in sync"
     assert [c.args[0] for c in kube.request.call_args_list] == ["create"]
+    (warned,) = [c.args[2] for c in recorder.warning.call_args_list if c.args[1] == MUTATED]
+    assert warned.startswith("the API server stored replica a/cfg other than it was written "
+                             "(label o added)")
 
 
 def test_a_data_key_admission_rewrites_is_named_on_the_replica_once_then_carried(
