@@ -54,6 +54,10 @@ TESTS: dict[str, list[str]] = {
     "plan.py": ["tests/unit/test_plan.py", "tests/unit/test_routing.py",
                 "tests/unit/test_replicator_errors.py", "tests/unit/test_secrets.py",
                 "tests/unit/test_plan_agrees_with_run.py"],
+    "memory.py": ["tests/unit/test_memory.py", "tests/unit/test_expectations.py",
+                  "tests/unit/test_replicator.py", "tests/unit/test_plan_agrees_with_run.py"],
+    "admission.py": ["tests/unit/test_admission.py", "tests/unit/test_plan.py",
+                     "tests/unit/test_replicator.py", "tests/unit/test_plan_agrees_with_run.py"],
     "replicator.py": ["tests/unit/test_replicator.py", "tests/unit/test_expectations.py",
                       "tests/unit/test_replicator_errors.py",
                       "tests/unit/test_events.py", "tests/unit/test_plan_agrees_with_run.py",
@@ -70,16 +74,17 @@ TESTS: dict[str, list[str]] = {
 }
 GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "tokenbucket.py", "clock.py",
              "routing.py", "plan.py", "replicator.py", "servergate.py", "events.py",
-             "transport.py", "kube.py", "status.py", "caches.py", "policy.py", "flags.py")
+             "transport.py", "kube.py", "status.py", "caches.py", "policy.py", "flags.py",
+             "memory.py", "admission.py")
 
 # One-line mutations asked for by name: (file, the line as it is, the line as mutated).
 NAMED: list[tuple[str, str, str]] = [
     # The reconciler's memory of its own writes bypassed: it reads only the cache.
-    ("replicator.py", "return self._expectations.view(key, self._caches.get)",
+    ("replicator.py", "return self._memory.expectations.view(key, self._caches.get)",
      "return self._caches.get(key)"),
     # Expectations that forget a write at once, or never hide the cache's stale version.
-    ("replicator.py", "self._pending[obj.key] = _Expected(obj, version)", "pass"),
-    ("replicator.py", "elif watermark < expected.resource_version:", "elif False:"),
+    ("memory.py", "self._pending[obj.key] = _Expected(obj, version)", "pass"),
+    ("memory.py", "elif watermark < expected.resource_version:", "elif False:"),
 ]
 
 # Survivors that are equivalent (no test can tell them apart), keyed by file, the original
@@ -88,14 +93,10 @@ _NOTIFY_ONLY = ("the count only decides whether to notify; this one never reache
                 "every add notifies: slower, never a lost wake-up")
 _FAST_PATH = ("a fast path: _wait_for_item checks the queue, shutdown and the timeout again "
               "itself, and returns at once for a timeout of 0")
+_DIGEST = ('return sys.intern(hashlib.blake2b(name.encode() + b"\\0" + blob, '
+           'digest_size={}).hexdigest())')
 _FROZEN = "no code assigns to a plan's fields; frozen only guards against a future one"
 _LOG_ONLY = "only decides a log line"
-_ADMITTED_MEMORY = (
-    "memory only: no decision reads what admission did at a key while nothing is there (a "
-    "create is decided without it), and the next write there sets or forgets it again")
-_CONFLICTS_FAST = (
-    "a fast path: with no conflict now and none reported, the locked path below finds "
-    "nothing to forget and nothing to tell either")
 # transport.py and kube.py (issue 24): why these survivors are equivalent.
 _RECV = (
     'how many bytes one recv asks for: any size reads the same bytes, in more or fewer calls')
@@ -182,12 +183,12 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
         "is none; in an outage the locked block below sets it",
     ("servergate.py", "if self._outage_since is None:", "if False:"):
         "outside an outage the rest is a no-op but for an info log line",
-    ("replicator.py",
+    ("memory.py",
      "if key not in self._pending: # nothing of ours in flight there (an atomic lookup)",
      "if False: # nothing of ours in flight there (an atomic lookup)"):
         "a fast path: the locked path below returns the cached object too when nothing of ours "
         "is pending",
-    ("replicator.py", "if expected is None:", "if False:"):
+    ("memory.py", "if expected is None:", "if False:"):
         "the re-check under the lock: only an echo or another view that took the entry between "
         "the unlocked check and the lock reaches it (a race no test can order without reaching "
         "into the lock)",
@@ -196,6 +197,15 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
         "while the first was ending the outage reaches it (a race no test can order without "
         "reaching into the lock)",
     ("plan.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN,
+    ("replicator.py",
+     "if as_written and not carried: # the common case: a few comparisons, no hashing",
+     "if False: # the common case: a few comparisons, no hashing"):
+        "a fast path: the general one makes the same expectation of the answer (its digest is "
+        "the source's when kept as written) and, with no mark carried or needed, no patch",
+    ("admission.py",
+     _DIGEST.format(8), _DIGEST.format(9)):
+        "the size of a field's digest: the source's and the replica's are made alike, so any "
+        "size compares the same (8 bytes: two of one replica's few fields collide at 2^-64)",
     ("status.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
     ("caches.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
     ("flags.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
@@ -203,7 +213,7 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
      'return self._informers.get(key.rsplit("/", 2)[-1]) or self._informers.get("")'):
         "an object's key is namespace/name, and neither holds a '/': one split or two give "
         "the same name",
-    ("replicator.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"):
+    ("memory.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"):
         "no code assigns to an _Expected's fields; frozen only guards against a future one",
     ("replicator.py", "if plan.invalid is not None:", "if False:"):
         "an invalid source's plan has no action, conflict or puller, so the rest returns the "
@@ -217,23 +227,11 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
      'done = "nothing is changed" if reason == "InvalidSpec" else "it is not replicated"',
      'done = "nothing is changed" if (reason != \'InvalidSpec\') else "it is not replicated"'):
         _LOG_ONLY,
-    ("replicator.py", "if current is None:", "if (current is not None):"): _ADMITTED_MEMORY,
-    ("replicator.py", "if current is None:", "if False:"): _ADMITTED_MEMORY,
-    ("replicator.py", "self._forget_admitted(key.object_key) # gone (with its namespace, say)",
-     "pass # gone (with its namespace, say)"): _ADMITTED_MEMORY,
-    ("replicator.py", 'self._forget_admitted(f"{action.namespace}/{action.name}")', "pass"):
-        "memory only: after a delete or a release no replica of ours is there, no decision "
-        "reads what admission did at a key without one, and our next write there sets or "
-        "forgets it again",
     ("replicator.py", 'type=str(written.get("type") or "")))',
      "type=str((written.get('type') and ''))))"):
         "a released object is no replica of ours, so no decision reads its type: only a "
         "replica's is compared with its source's (plan._change)",
-    ("replicator.py", "if not conflicts and key not in self._conflicts_reported:",
-     "if not conflicts and (key in self._conflicts_reported):"): _CONFLICTS_FAST,
-    ("replicator.py", "if not conflicts and key not in self._conflicts_reported:", "if False:"):
-        _CONFLICTS_FAST,
-    ("replicator.py", "self._problem_reported.pop(key.object_key, None)", "pass"):
+    ("replicator.py", "self._memory.problems.forget(key.object_key)", "pass"):
         "memory only: a problem comes back only with a new version of the source (InvalidSpec) "
         "or of its namespace (SourceNotAllowed), and what is remembered holds both versions, "
         "so it is reported again either way",
@@ -589,6 +587,11 @@ PRELOAD = ("pytest", "pytest_mock", "pytest_timeout", "hypothesis", "kubernetes"
            "prometheus_client", "urllib3", "yaml")
 
 
+# A child's exit code pytest never uses (its own are 0-5; 4, a usage error, is also what a
+# mutant that breaks an import of conftest's gets, and that mutant is killed).
+OUTSIDE = 99
+
+
 class Workspace:
     """A copy of the tree (src, testing, tests, pyproject.toml) whose configmirror the tests
     import; a mutant is written there and the pristine file put back after each run."""
@@ -639,7 +642,7 @@ class Workspace:
         sys.stderr.flush()
         import configmirror
         if not Path(configmirror.__file__).resolve().is_relative_to(self.root.resolve()):
-            return 4  # tested some other configmirror: say so, count nothing
+            return OUTSIDE  # tested some other configmirror: say so, count nothing
         return int(code)
 
     def output(self) -> str:
@@ -651,7 +654,7 @@ def outcome_of(status: int, output: str) -> str:
     if os.WIFSIGNALED(status):
         return "timeout"  # killed by us at its deadline
     code = os.WEXITSTATUS(status)
-    if code == 4:
+    if code == OUTSIDE:
         raise SystemExit("mutate: a child imported configmirror from outside its copy")
     if code == 0:
         last = output.strip().splitlines()[-1] if output.strip() else ""

@@ -44,7 +44,7 @@ from configmirror.flags import (
     resolve,
 )
 from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
-from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_source
+from configmirror.plan import Grace, ReplicationPlan, plan_source
 from configmirror.settings import Settings, format_duration
 from configmirror.spec import InvalidSpec, ReplicaRules
 from configmirror.status import Failure, KindView, SourceStatus, namespace_status, source_status
@@ -414,7 +414,7 @@ def _plans(cached: KindCache, settings: Settings,
     world = cached.caches
     keys = {source.key for source in world.sources()} | set(world.replicated_sources())
     grace = Grace.from_now(settings.delete_grace)
-    return [plan_source(key, world, world.get, cached.scope, nothing_admitted, grace)
+    return [plan_source(key, world, world.get, cached.scope, grace)
             for key in sorted(keys) if only(key)]
 
 

@@ -27,12 +27,13 @@ from configmirror.controller import Controller
 from configmirror.events import EventRecorder
 from configmirror.kube import Kube
 from configmirror.leaderelection import LeaderElector
+from configmirror.memory import Memory
 from configmirror.metrics import Metrics
 from configmirror.model import CachedObject, Key, Namespace
 from configmirror.policy import Publisher, home
 from configmirror.ratelimit import default_controller_rate_limiter
 from configmirror.reconcile import Result
-from configmirror.replicator import Expectations, Replicator
+from configmirror.replicator import Replicator
 from configmirror.routing import namespace_keys, object_keys
 from configmirror.servergate import ServerGate
 from configmirror.settings import Settings
@@ -68,9 +69,9 @@ class Manager:
         served = frozenset(kind.name for kind in self.cache.kinds)
         self.replicators: dict[Kind, Replicator] = {
             kind: Replicator(kube, cached.caches, cached.scope, self.recorder,
-                             Expectations(cached.watermark), self.metrics, settings.dry_run,
-                             cached.watching, delete_grace=settings.delete_grace,
-                             clock=self._clock, names=cached.names,
+                             Memory(cached.watermark, settings.delete_grace, self._clock),
+                             metrics=self.metrics, dry_run=settings.dry_run,
+                             watching=cached.watching, names=cached.names,
                              # ConfigMaps are always replicated: their replicator also says
                              # which pulls no kind can serve.
                              unserved=served if kind is CONFIGMAP else None)

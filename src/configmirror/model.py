@@ -18,6 +18,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from configmirror.admission import (
+    ADMITTED,
+    NONE,
+    changed,
+    field_entries,
+    held,
+    holds,
+    parse_admitted,
+)
 from configmirror.spec import (
     COPY_ANNOTATIONS,
     COPY_KEYS,
@@ -113,7 +122,8 @@ class Source:
     annotations: Mapping[str, str]  # a replica's annotations, replica-of and hash included
     payload: Mapping[str, Any]    # the top-level fields copied as they are (data, ...)
     content_hash: str             # digest of everything a replica must equal
-
+    # The same, field by field (admission.field_entries): what `replica_holds` reads.
+    fields: Mapping[str, str]
 
     def __repr__(self) -> str:
         """Never the payload: a Secret's values must not reach a log line or a traceback."""
@@ -145,6 +155,11 @@ class CachedObject:
     # on-delete: retain on this version: a source's (or a former source's) own setting; on
     # a replica, our mark that its source had it when the replica was written.
     retain: bool = False
+    # A replica that is not as we wrote it (admission, or a hand edit, changed it): what it
+    # holds, field by field (admission.held), and the fields its mark gives admission
+    # (admission.ADMITTED). None for the common replica, held exactly as written.
+    entries: frozenset[str] | None = None
+    admitted: frozenset[str] = frozenset()
 
     @property
     def key(self) -> str:
@@ -233,8 +248,9 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
     if lifecycle.retain:  # the replica remembers it, so a restart still releases it
         wanted_annotations[ON_DELETE] = "retain"
     digest = content_hash(payload, wanted_labels, wanted_annotations)
-    return Source(kind.name, spec, invalid, lifecycle, wanted_labels,
-                  {**wanted_annotations, CONTENT_HASH: digest}, payload, digest)
+    annotations = {**wanted_annotations, CONTENT_HASH: digest}
+    return Source(kind.name, spec, invalid, lifecycle, wanted_labels, annotations, payload,
+                  digest, field_entries(payload, wanted_labels, annotations))
 
 
 # -- transforms (the informers') ------------------------------------------------------------
@@ -259,18 +275,34 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind) -> Ca
     compiled = None
     if any(a in annotations for a in SOURCE_ANNOTATIONS):
         compiled = compile_source(f"{namespace}/{name}", labels, annotations, raw, rules, kind)
+    digest, entries, admitted = replica_form(raw, kind) if is_replica else ("", None, NONE)
     return CachedObject(
         namespace=namespace, name=name,
         uid=str(meta.get("uid", "")),
         resource_version=str(meta.get("resourceVersion", "")),
         replica_of=sys.intern(annotations[REPLICA_OF]) if is_replica else None,
         immutable=bool(raw.get("immutable")),
-        content_hash=replica_hash(raw, kind) if is_replica else "",
+        content_hash=digest,
         compiled=compiled,
         type=str(raw.get("type") or "Opaque") if kind is SECRET else "",
         created=str(meta.get("creationTimestamp") or "") if compiled is not None else "",
         retain=annotations.get(ON_DELETE, "").strip() == "retain",
+        entries=entries, admitted=admitted,
     )
+
+
+def replica_object(raw: Mapping[str, Any], kind: Kind, replica_of: str) -> CachedObject:
+    """What the informer makes of a replica of `replica_of` the server returned (a write's
+    answer): the same as `object_from_json`, without a source's compiling."""
+    meta = raw.get("metadata") or {}
+    digest, entries, admitted = replica_form(raw, kind)
+    return CachedObject(
+        namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")), resource_version=str(meta.get("resourceVersion", "")),
+        replica_of=replica_of, immutable=bool(raw.get("immutable")), content_hash=digest,
+        compiled=None, type=str(raw.get("type") or "Opaque") if kind is SECRET else "",
+        retain=(meta.get("annotations") or {}).get(ON_DELETE, "").strip() == "retain",
+        entries=entries, admitted=admitted)
 
 
 def replica_hash(raw: Mapping[str, Any], kind: Kind) -> str:
@@ -295,12 +327,45 @@ def replica_hash(raw: Mapping[str, Any], kind: Kind) -> str:
 _WRONG_MARK = CONTENT_HASH + "#wrong"  # no annotation key can contain "#": never a real one
 
 
+def replica_form(raw: Mapping[str, Any], kind: Kind) -> tuple[str, frozenset[str] | None,
+                                                             frozenset[str]]:
+    """A replica's digest (`replica_hash`), and when that is not its own hash mark (it is not
+    as we wrote it: admission or a hand edit changed it), its field entries and the fields
+    its admitted mark gives admission (admission.py)."""
+    digest = replica_hash(raw, kind)
+    meta = raw.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if annotations.get(CONTENT_HASH) == digest:
+        return digest, None, NONE  # exactly as written: the common case, nothing more
+    admitted = parse_admitted(annotations.get(ADMITTED))
+    fields = field_entries(_payload(raw, kind), meta.get("labels") or {}, annotations)
+    return digest, held(fields, admitted), admitted
+
+
+def replica_holds(source: Source, replica: CachedObject) -> bool:
+    """Whether `replica`, not as we wrote it, still holds every field `source` writes but
+    those its admitted mark gives admission: then it is in sync (admission.holds)."""
+    return replica.entries is not None and holds(source.fields, replica.entries,
+                                                 replica.admitted)
+
+
+def admitted_fields(source: Source, raw: Mapping[str, Any], kind: Kind) -> frozenset[str]:
+    """The fields configmirror wrote from `source` that the server stored (`raw`) otherwise
+    (admission.changed)."""
+    meta = raw.get("metadata") or {}
+    return changed(source.fields, field_entries(_payload(raw, kind), meta.get("labels") or {},
+                                                meta.get("annotations") or {}))
+
+
 def kept_as_written(source: Source, raw: Mapping[str, Any], kind: Kind) -> bool:
     """Whether the server stored a replica written from `source` as it was written: a few
     comparisons, no hashing (the common case)."""
     meta = raw.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if ADMITTED in annotations:  # our own mark, which a write may carry
+        annotations = {k: v for k, v in annotations.items() if k != ADMITTED}
     return ((meta.get("labels") or {}) == source.labels
-            and (meta.get("annotations") or {}) == source.annotations
+            and annotations == source.annotations
             and _payload(raw, kind) == source.payload)
 
 

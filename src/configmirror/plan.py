@@ -15,23 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from configmirror.model import CachedObject, Namespace
+from configmirror.model import CachedObject, Namespace, Source, replica_holds
 from configmirror.spec import Scope
 from configmirror.vocabulary import Kind
 
 ActionKind = Literal["create", "update", "recreate", "delete", "release"]
 REMOVALS = ("delete", "release")  # the actions that take a replica away: they wait
-
-Admitted = Callable[[str], tuple[str, str] | None]
-"""What the API server kept of our last write to an object key, when its admission (a
-mutating webhook, a policy engine) changed it: (the source digest we wrote, the digest of
-what the server stored). None when the server kept what we wrote, or we do not know."""
-
-
-def nothing_admitted(key: str) -> tuple[str, str] | None:
-    """No memory of admission (the `plan` command's: it has written nothing)."""
-    return None
-
 
 @dataclass(frozen=True)
 class Grace:
@@ -39,7 +28,7 @@ class Grace:
 
     `seen_at(ns/name)` is when that was, by the clock `now` is read from; None: only now (a
     removal this process has not seen before, or the `plan` command, which remembers nothing,
-    so it says how long the grace is from now). No state is kept anywhere else: after a
+    so it says how long the grace is from now). The state is memory.Removals: after a
     restart the grace starts again.
     """
 
@@ -249,12 +238,12 @@ def seniority(source: CachedObject) -> tuple[str, str]:
     return (source.created, source.namespace)
 
 
-def in_sync(current: CachedObject, want: str, admitted: Admitted) -> bool:
-    """Whether replica `current` holds what a source of digest `want` asks: the same digest,
-    or exactly what the server stored when we last wrote that digest there (admission
-    changed it then; writing it again would be changed again, forever). Anything else,
-    such as an edit by hand, is drift."""
-    return current.content_hash == want or admitted(current.key) == (want, current.content_hash)
+def in_sync(current: CachedObject, source: Source) -> bool:
+    """Whether replica `current` holds what `source` asks: the same digest, or, where
+    admission stored it otherwise, every field configmirror writes but those admission owns
+    (model.replica_holds: read from the replica, so a command and a restart see the same).
+    Anything else, such as an edit by hand of a field we write, is drift."""
+    return current.content_hash == source.content_hash or replica_holds(source, current)
 
 
 def desired_body(source: CachedObject, namespace: str) -> dict[str, Any]:
@@ -278,11 +267,11 @@ def desired_body(source: CachedObject, namespace: str) -> dict[str, Any]:
 
 
 def decide(namespace: str, name: str, current: CachedObject | None, world: World,
-           scope: Scope, admitted: Admitted, grace: Grace) -> Decision:
+           scope: Scope, grace: Grace) -> Decision:
     """Decide what object `namespace/name` must be, given every source called `name`.
 
-    `current` is the object there now (None: nothing); `admitted` is what the server made of
-    our writes (`in_sync`); `grace` says when a removal may happen. The replica already there
+    `current` is the object there now (None: nothing); `grace` says when a removal may
+    happen. The replica already there
     keeps its source (its replica-of wins); with none there, the oldest source that wants
     the place gets it (`seniority`); every other source that wants it is in conflict.
     Nothing is ever written over a foreign object, or into a namespace that is gone or going.
@@ -292,7 +281,7 @@ def decide(namespace: str, name: str, current: CachedObject | None, world: World
     ns = world.namespace(namespace)
     candidates = [] if ns is None else [
         s for s in _contenders(world.sources_named(name), world, scope) if wants(s, ns, scope)]
-    return _decide(namespace, name, current, ns, candidates, world, scope, admitted, grace)
+    return _decide(namespace, name, current, ns, candidates, world, scope, grace)
 
 
 def _contenders(sources: Iterable[CachedObject], world: World, scope: Scope
@@ -304,7 +293,7 @@ def _contenders(sources: Iterable[CachedObject], world: World, scope: Scope
 
 def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespace | None,
             candidates: list[CachedObject], world: World, scope: Scope,
-            admitted: Admitted, grace: Grace) -> Decision:
+            grace: Grace) -> Decision:
     """`decide`, given `candidates`: the honoured sources that want the place, oldest first."""
     if ns is None or ns.terminating:
         return Decision(namespace, name)
@@ -331,8 +320,7 @@ def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespa
     owner = next((c for c in candidates if c.key == owner_key), None)
     if owner is not None:
         assert owner.compiled is not None
-        if owner.compiled.lifecycle.once or in_sync(current, owner.compiled.content_hash,
-                                                    admitted):
+        if owner.compiled.lifecycle.once or in_sync(current, owner.compiled):
             return Decision(namespace, name, owner=owner, conflicts=conflicts)
         return Decision(namespace, name, Action(
             _change(current, owner), namespace, name, current.resource_version,
@@ -403,7 +391,7 @@ def _orphaned_because(source: CachedObject | None, home: Namespace | None,
 
 
 def plan_source(key: str, world: World, current: Callable[[str], CachedObject | None],
-                scope: Scope, admitted: Admitted, grace: Grace) -> ReplicationPlan:
+                scope: Scope, grace: Grace) -> ReplicationPlan:
     """What source `key` ("ns/name") wants, compared with what is there: `decide` for every
     namespace it targets and every replica it has, keeping what concerns this source (its
     writes, its conflicts). `current(ns/name)` is the object there now."""
@@ -438,7 +426,7 @@ def plan_source(key: str, world: World, current: Callable[[str], CachedObject | 
             s for s in contenders
             if (namespace in wanted if s is honoured_source else wants(s, ns, scope))]
         decision = _decide(namespace, name, current(f"{namespace}/{name}"), ns, candidates,
-                           world, scope, admitted, grace)
+                           world, scope, grace)
         actions.extend(a for a in (decision.action, decision.then)
                        if a is not None and a.source == key)
         conflicts.extend(c for c in decision.conflicts if c.source == key)

@@ -13,11 +13,9 @@ from typing import Any, TypeAlias
 
 from configmirror.model import CachedObject, Caches, Namespace, namespace_from_json, object_indexers
 from configmirror.plan import (
-    Admitted,
     Grace,
     ReplicationPlan,
     desired_body,
-    nothing_admitted,
     plan_source,
 )
 from configmirror.spec import DEFAULT_EXCLUDED, PULL, REPLICATE_TO, Scope
@@ -89,14 +87,13 @@ def world(objects: list[CachedObject], namespaces: list[Namespace],
 
 def plan(src: ConfigMap | None, namespaces: list[Namespace],
          others: list[ConfigMap] = (), scope: Scope | None = None,  # type: ignore[assignment]
-         key: str = KEY, home: bool = True, admitted: Admitted = nothing_admitted,
-         grace: Grace | None = None) -> ReplicationPlan:
+         key: str = KEY, home: bool = True, grace: Grace | None = None) -> ReplicationPlan:
     """plan_source over these caches; the source's own namespace is cached unless `home`
     is False (unlabelled: add it to `namespaces` to give it labels)."""
     if src is not None and home and all(n.name != src.namespace for n in namespaces):
         namespaces = [*namespaces, ns(src.namespace)]
     w = world([*([src] if src else []), *others], namespaces)
-    return plan_source(key, w, w.get, scope or SCOPE, admitted, grace or AT_ONCE)
+    return plan_source(key, w, w.get, scope or SCOPE, grace or AT_ONCE)
 
 
 def kinds(p: ReplicationPlan) -> list[tuple[str, str]]:

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 import pytest
 
 from configmirror.caches import ClusterCache, KindCache, Replicated
+from configmirror.clock import RealClock
 from configmirror.events import EventRecorder
 from configmirror.kube import Kube, load_configuration
+from configmirror.memory import Memory
 from configmirror.metrics import Metrics
 from configmirror.model import DEFAULT_RULES, target_key
-from configmirror.replicator import Expectations, Replicator
+from configmirror.replicator import Replicator
 from configmirror.spec import DEFAULT_EXCLUDED, REPLICATE_TO, Scope
 from configmirror.vocabulary import CONFIGMAP
 from configmirror_testing.cluster import Cluster, Namespaces
@@ -61,7 +63,7 @@ def gap(cluster: Cluster) -> Iterator[Gap]:
         replicator = Replicator(
             kube, configmaps.caches, configmaps.scope,
             EventRecorder(kube),  # never started: its Events are not what this is about
-            Expectations(configmaps.watermark), metrics, delete_grace=0.0)
+            Memory(configmaps.watermark, 0.0, RealClock()), metrics=metrics)
         yield Gap(replicator, cache, metrics)
     finally:
         kube.close()

@@ -16,7 +16,7 @@ import base64
 import pytest
 from kubernetes import client
 
-from configmirror.model import CONTENT_HASH, REPLICA_LABEL, REPLICA_OF
+from configmirror.model import CONTENT_HASH, MANAGED_BY, REPLICA_LABEL, REPLICA_OF
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import (
@@ -214,9 +214,27 @@ def test_hand_edited_replica_is_restored(cluster: Cluster, namespaces: Namespace
     wait_replica(cluster, a, {"v": "1"})
     cluster.core.patch_namespaced_config_map("cfg", a, {"data": {"v": "hand-edited"}})
     wait_replica(cluster, a, {"v": "1"})
+    cluster.core.patch_namespaced_config_map("cfg", a, {"metadata": {"labels": {
+        MANAGED_BY: "someone"}}})
+    wait_for(lambda: (read(cluster, a, "cfg").metadata.labels or {}).get(  # type: ignore[union-attr]
+        MANAGED_BY) == "configmirror", what="a label configmirror writes to be restored")
+
+
+def test_a_label_configmirror_does_not_write_is_not_drift(
+        cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
+    src, a = namespaces(), namespaces()
+    cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: a},
+                                                             data={"v": "1"}))
+    wait_replica(cluster, a, {"v": "1"})
+    operator.wait_idle()
+    written = operator.writes()
+    looked = operator.metric("configmirror_reconciles_total", role="target")
     cluster.core.patch_namespaced_config_map("cfg", a, {"metadata": {"labels": {"x": "y"}}})
-    wait_for(lambda: "x" not in (read(cluster, a, "cfg").metadata.labels or {}),  # type: ignore[union-attr]
-             what="the stray label to be removed")
+    wait_for(lambda: operator.metric("configmirror_reconciles_total", role="target") > looked,
+             what="the operator to look at the edited replica")
+    operator.wait_idle()
+    assert operator.writes() == written, "not a field of ours: left as it is (as a policy's)"
+    assert (read(cluster, a, "cfg").metadata.labels or {}).get("x") == "y"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("edit", [None, "0" * 32], ids=["removed", "changed"])

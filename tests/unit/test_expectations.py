@@ -6,10 +6,12 @@ from dataclasses import replace
 
 from pytest_mock import MockerFixture
 
+from configmirror.clock import FakeClock
 from configmirror.events import EventRecorder
 from configmirror.kube import Kube
+from configmirror.memory import Expectations, Memory
 from configmirror.model import CachedObject, Caches
-from configmirror.replicator import Expectations, Replicator
+from configmirror.replicator import Replicator
 from configmirror.spec import REPLICATE_TO
 from configmirror.store import Store
 from configmirror.vocabulary import CONFIGMAP
@@ -121,11 +123,11 @@ def test_another_version_other_content_or_a_delete_is_not_an_echo() -> None:
 
 def test_the_replicator_takes_only_a_replica_for_an_echo_never_a_source_or_a_foreign_object(
         mocker: MockerFixture) -> None:
-    expectations = Expectations(lambda key: 0)
+    memory = Memory(lambda key: 0, 0.0, FakeClock())
+    expectations = memory.expectations
     replicator = Replicator(mocker.create_autospec(Kube, instance=True),
                             Caches(Store(), Store(), CONFIGMAP), SCOPE,
-                            mocker.create_autospec(EventRecorder, instance=True), expectations,
-                            delete_grace=0.0)
+                            mocker.create_autospec(EventRecorder, instance=True), memory)
     written = obj("11")
     source = replace(written, compiled=cached({"metadata": {
         "namespace": "a", "name": "cfg", "annotations": {REPLICATE_TO: "b"}}}).compiled)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from configmirror.admission import ADMITTED
 from configmirror.model import (
     CONTENT_HASH,
     LAST_APPLIED,
@@ -22,13 +23,11 @@ from configmirror.model import (
     replica_hash,
 )
 from configmirror.plan import (
-    Admitted,
     Decision,
     Grace,
     decide,
     desired_body,
     in_sync,
-    nothing_admitted,
     plan_source,
     pull_refusals,
     unserved_pulls,
@@ -212,12 +211,15 @@ def test_hand_edited_replica_is_restored() -> None:
     assert kinds(plan(src, ALL, [edited])) == [("update", "a")]
 
 
-def test_replica_with_a_stray_annotation_is_restored() -> None:
-    src = source({REPLICATE_TO: "a"})
+def test_a_label_or_annotation_configmirror_does_not_write_is_not_drift() -> None:
+    src = source({REPLICATE_TO: "a"}, labels={"team": "x"})
     body = copy.deepcopy(desired_body(src, "a"))
     body["metadata"].update(uid="r", resourceVersion="3")
     body["metadata"]["annotations"]["someone"] = "added this"
-    assert kinds(plan(src, ALL, [cached(body)])) == [("update", "a")]
+    body["metadata"]["labels"]["cost-centre"] = "42"
+    assert kinds(plan(src, ALL, [cached(body)])) == [], "not ours: left as it is"
+    body["metadata"]["labels"]["team"] = "y"
+    assert kinds(plan(src, ALL, [cached(body)])) == [("update", "a")], "ours: restored"
 
 
 @pytest.mark.parametrize("mark", [None, "0" * 32, ""])
@@ -390,11 +392,10 @@ def test_a_source_is_compiled_once_per_version_into_an_immutable_value() -> None
 
 
 def target(name: str, namespace: str, current: ConfigMap | None, sources: list[ConfigMap],
-           namespaces: list[Namespace] = ALL, admitted: Admitted = nothing_admitted,
-           grace: Grace | None = None) -> Decision:
+           namespaces: list[Namespace] = ALL, grace: Grace | None = None) -> Decision:
     by_name = {n.name: n for n in [ns("src"), ns("one"), ns("two"), *namespaces]}
     w = world([*sources, *([current] if current else [])], list(by_name.values()))
-    return decide(namespace, name, current, w, SCOPE, admitted, grace or AT_ONCE)
+    return decide(namespace, name, current, w, SCOPE, grace or AT_ONCE)
 
 
 def test_target_missing_is_created_for_the_source_that_wants_it() -> None:
@@ -507,34 +508,64 @@ def stamped(src: ConfigMap, namespace: str, stamp: str = "1") -> ConfigMap:
     return cached(body)
 
 
-def test_a_replica_stored_other_than_written_is_in_sync_only_as_the_server_stored_it() -> None:
+def test_a_replica_admission_added_fields_to_is_in_sync_with_no_memory_at_all() -> None:
     src = source({REPLICATE_TO: "a,b"})
     assert src.compiled is not None
-    want = src.compiled.content_hash
     mutated = stamped(src, "a")
-    assert mutated.content_hash != want, "the webhook's change is in the replica's digest"
-    assert not in_sync(mutated, want, nothing_admitted), "unknown to us, it is drift"
-    admitted = {"a/cfg": (want, mutated.content_hash)}.get
-    assert in_sync(mutated, want, admitted)
-    assert target("cfg", "a", mutated, [src]).action is not None
-    with_memory = target("cfg", "a", mutated, [src], admitted=admitted)
-    assert with_memory.action is None and with_memory.owner is src
-    assert kinds(plan(src, [ns("src"), ns("a"), ns("b")], [mutated],
-                      admitted=admitted)) == [("create", "b")]
+    assert mutated.content_hash != src.compiled.content_hash, "the stamp is in its digest"
+    assert in_sync(mutated, src.compiled), "fields configmirror does not write are not drift"
+    assert in_sync(stamped(src, "a", stamp="2"), src.compiled), "a new stamp neither"
+    decision = target("cfg", "a", mutated, [src])
+    assert decision.action is None and decision.owner is src
+    assert kinds(plan(src, [ns("src"), ns("a"), ns("b")], [mutated])) == [("create", "b")]
 
 
-def test_a_stored_replica_edited_again_or_an_edited_source_is_drift_once_more() -> None:
-    src = source({REPLICATE_TO: "a"})
+def admitted(src: ConfigMap, data: dict[str, str] | None = None,
+             labels: dict[str, str] | None = None,
+             annotations: dict[str, str] | None = None) -> ConfigMap:
+    """The replica of `src` in namespace a as a policy stored it (our write, plus an owner
+    label), with some fields set over it (by the policy, or by hand)."""
+    body = copy.deepcopy(desired_body(src, "a"))
+    body["metadata"].update(uid="r-a", resourceVersion="22")
+    body["metadata"]["labels"] = {**body["metadata"]["labels"], "policy.example/owner": "team",
+                                  **(labels or {})}
+    body["metadata"]["annotations"] = {**body["metadata"]["annotations"], **(annotations or {})}
+    body["data"] = {**body["data"], **(data or {})}
+    return cached(body)
+
+
+def test_a_hand_edit_of_a_field_configmirror_writes_is_drift_on_an_admitted_replica() -> None:
+    src = source({REPLICATE_TO: "a"}, labels={"team": "x"})
     assert src.compiled is not None
-    mutated = stamped(src, "a")
-    admitted = {"a/cfg": (src.compiled.content_hash, mutated.content_hash)}.get
-    edited = replica_of(src, "a", data={"k": "hand-edited"})
-    assert not in_sync(edited, src.compiled.content_hash, admitted)
-    restamped = stamped(src, "a", stamp="2")  # a webhook that stamps each write anew
-    assert not in_sync(restamped, src.compiled.content_hash, admitted)
-    newer = source({REPLICATE_TO: "a"}, data={"k": "v2"})
+    assert in_sync(admitted(src), src.compiled)
+    for edit in ({"data": {"k": "hand-edited"}}, {"data": {"extra": "added"}},
+                 {"labels": {"team": "y"}}, {"annotations": {CONTENT_HASH: "0" * 32}}):
+        assert not in_sync(admitted(src, **edit), src.compiled), edit
+    newer = source({REPLICATE_TO: "a"}, data={"k": "v2"}, labels={"team": "x"})
     assert newer.compiled is not None
-    assert not in_sync(mutated, newer.compiled.content_hash, admitted)
+    assert not in_sync(stamped(src, "a"), newer.compiled), "a source edit is seen"
+
+
+def test_fields_the_admitted_mark_names_are_admissions_and_the_rest_still_ours() -> None:
+    src = source({REPLICATE_TO: "a"}, data={"k": "v", "other": "o"})
+    assert src.compiled is not None
+    rewritten = {"data": {"k": "set by policy"}}
+    assert not in_sync(admitted(src, **rewritten), src.compiled), "no mark"
+    marked = admitted(src, **rewritten, annotations={ADMITTED: "data/k"})
+    assert marked.admitted == frozenset({"data/k"})
+    assert in_sync(marked, src.compiled), "named by the mark: admission's"
+    added = admitted(src, data={"policy": "1"},
+                        annotations={ADMITTED: "data/policy"})
+    assert in_sync(added, src.compiled), "a key admission adds, named, is admission's too"
+    also_edited = admitted(src, data={"k": "policy", "other": "by hand"},
+                              annotations={ADMITTED: "data/k"})
+    assert not in_sync(also_edited, src.compiled), "another key edited by hand is drift"
+    newer = source({REPLICATE_TO: "a"}, data={"k": "v2", "other": "o"})
+    assert newer.compiled is not None
+    ours = admitted(src, **rewritten, annotations={
+        ADMITTED: f"data/k, annotation/{CONTENT_HASH}, label/{REPLICA_LABEL}"})
+    assert ours.admitted == frozenset({"data/k"}), "our own marks are never admission's"
+    assert not in_sync(ours, newer.compiled), "so a source edit is always seen"
 
 
 def test_what_admission_changed_is_named_by_keys_never_by_values() -> None:
@@ -747,9 +778,9 @@ def test_a_pulled_secret_must_be_one_of_the_listed_names() -> None:
     refused = {r.entry: r.reason for r in pull_refusals(pulling, w, SCOPE, ("tls",))}
     assert set(refused) == {"secret/src/other"}
     assert "named in --secret-names (tls)" in refused["secret/src/other"]
-    assert plan_source("src/tls", w, w.get, SCOPE, nothing_admitted, AT_ONCE).targets == ()
+    assert plan_source("src/tls", w, w.get, SCOPE, AT_ONCE).targets == ()
     w = world([tls], [ns("src"), pulling], SECRET)
-    assert plan_source("src/tls", w, w.get, SCOPE, nothing_admitted, AT_ONCE).targets == (
+    assert plan_source("src/tls", w, w.get, SCOPE, AT_ONCE).targets == (
         "team",)
 
 

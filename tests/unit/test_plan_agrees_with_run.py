@@ -4,27 +4,35 @@ Each world has several sources per name (with creation times that tie and that d
 invalid ones, sources in namespaces that may not push, sources that retain their replicas or
 sync them once, leftovers of deleted sources, foreign objects, replicas in every state (in
 sync, stale, edited by hand, without their hash mark), and namespaces in every state
-(labelled, ignored, terminating, absent), and a delete grace of 0 or 30 s. `plan` lists its
-actions and problems from one look at the caches. Then the workers run: the real work queue
-on a fake clock (stepped to the next due key whenever only delayed keys are left), the real
-routing of watch events and the real replicator, writing to a recording server that stores
-what it is sent; its stored objects go back into the caches as a relist does, round after
-round, until nothing more is written. Every write, conflict and problem the run
-made is then compared with what `plan` listed, object by object, and a second `plan` lists
-nothing left to do.
+(labelled, ignored, terminating, absent), and a delete grace of 0 or 30 s. Some namespaces
+have admission that changes every replica written there (a policy that adds a label, or one
+that rewrites a data key), and replicas already as such admission left them (labelled, or
+rewritten and marked). `plan` lists its actions and problems from one look at the caches.
+Then the workers run: the real work queue on a fake clock (stepped to the next due key
+whenever only delayed keys are left), the real routing of watch events and the real
+replicator, writing to a recording server that stores what it is sent (as its admission
+changes it); its stored objects go back into the caches as a relist does, round after round,
+until nothing more is written. Every write, conflict and problem the run made is then
+compared with what `plan` listed, object by object (and the one patch that
+names a rewritten key on a replica the first time, which plan cannot know of), a second
+`plan` lists nothing left to do, and a restarted operator (no memory, a fresh list) writes
+nothing.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from configmirror.admission import ADMITTED
 from configmirror.clock import FakeClock
+from configmirror.kube import ApiError
+from configmirror.memory import Memory
 from configmirror.model import (
     CONTENT_HASH,
     REPLICA_OF,
@@ -39,13 +47,12 @@ from configmirror.plan import (
     REMOVALS,
     Grace,
     desired_body,
-    nothing_admitted,
     plan_source,
     pull_refusals,
     unserved_pulls,
 )
 from configmirror.reconcile import ReconcileError
-from configmirror.replicator import Expectations, Replicator
+from configmirror.replicator import MUTATED, Replicator
 from configmirror.routing import namespace_keys, object_keys
 from configmirror.spec import (
     ON_DELETE,
@@ -62,7 +69,6 @@ from configmirror.store import Store
 from configmirror.vocabulary import CONFIGMAP
 from configmirror.workqueue import WorkQueue
 from configmirror_testing.builders import cached
-from configmirror_testing.fakekube import FakeKube
 
 NAMESPACES = ("a", "b", "c", "d", "home1", "home2")
 NAMES = ("cfg", "app")
@@ -86,6 +92,19 @@ class World:
     namespaces: dict[str, dict[str, Any]]
     objects: dict[str, dict[str, Any]]  # "ns/name" -> the stored object
     grace: float = 0.0                  # --delete-grace
+    # namespace -> what admission does to each write there: "label" (adds one), "data"
+    # (rewrites data key k); absent: nothing
+    admission: dict[str, str] = field(default_factory=dict)
+
+
+def admitted(body: dict[str, Any], admission: str) -> dict[str, Any]:
+    """`body` as the server's admission stores it."""
+    if admission == "label":
+        body["metadata"]["labels"] = {**(body["metadata"].get("labels") or {}),
+                                      "policy.example/owner": "team"}
+    elif admission == "data":
+        body["data"] = {**(body.get("data") or {}), "k": "policy"}
+    return body
 
 
 def source_body(namespace: str, name: str, targeting: dict[str, str], data: str,
@@ -156,7 +175,8 @@ def worlds(draw: st.DrawFn) -> World:
             owner = draw(st.sampled_from(owners))
             if not set(SOURCE_ANNOTATIONS) & set(owner["metadata"]["annotations"]):
                 continue  # never a source: it has no replicas
-            state = draw(st.sampled_from(["in sync", "stale", "edited", "no hash"]))
+            state = draw(st.sampled_from(["in sync", "stale", "edited", "no hash", "labelled",
+                                          "marked"]))
             origin = copy.deepcopy(owner)
             if state == "stale":
                 origin["data"] = {"k": "old"}
@@ -166,22 +186,84 @@ def worlds(draw: st.DrawFn) -> World:
                 replica["data"] = {"k": "by hand"}
             elif state == "no hash":
                 del replica["metadata"]["annotations"][CONTENT_HASH]
+            elif state == "labelled":  # as a policy that labels replicas left it
+                admitted(replica, "label")
+            elif state == "marked":  # as a policy that rewrites k left it, and we marked it
+                admitted(replica, "data")["metadata"]["annotations"][ADMITTED] = "data/k"
             objects[key] = replica
-    return World(namespaces, objects, draw(st.sampled_from([0.0, 30.0])))
+    admission = {n: a for n in namespaces
+                 if (a := draw(st.sampled_from(["", "", "label", "data"])))}
+    return World(namespaces, objects, draw(st.sampled_from([0.0, 30.0])), admission)
 
 
 # -- the run's side: a recording server and the workers -------------------------------------
 
 
-def written(server: FakeKube) -> list[tuple[str, str, str, float]]:
-    """Each write the server stored, with the source it is for (a release: the replica's
-    last owner) and when (seconds into the run)."""
-    def owner(obj: dict[str, Any] | None) -> str:
-        return str(((obj or {}).get("metadata", {}).get("annotations") or {}).get(REPLICA_OF, ""))
+@dataclass
+class RecordingServer:
+    """Stores what it is sent, as the API server would, with resourceVersion preconditions;
+    records every write with the source it is for. Only the replicator talks to it."""
 
-    return [("release" if w.verb == "patch" else w.verb, w.key,
-             owner(w.before) if w.verb in ("patch", "delete") else owner(w.after), w.at - START)
-            for w in server.writes]
+    objects: dict[str, dict[str, Any]]
+    clock: FakeClock
+    admission: dict[str, str]
+    revision: int = 1
+    writes: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, object, source)
+    times: list[float] = field(default_factory=list)  # seconds into the run of each write
+
+    def request(self, verb: str, path: str, query: Any = None, body: Any = None,
+                **_options: Any) -> dict[str, Any]:
+        parts = path.strip("/").split("/")  # api v1 namespaces NS configmaps [NAME]
+        namespace = parts[3]
+        name = parts[5] if len(parts) > 5 else body["metadata"]["name"]
+        key = f"{namespace}/{name}"
+        stored = self.objects.get(key)
+        if verb == "create":
+            if stored is not None:
+                raise ApiError(409, "AlreadyExists", f"{key} exists", verb, path)
+            return self._store(verb, key, body)
+        if stored is None:
+            raise ApiError(404, "NotFound", f"{key} not found", verb, path)
+        if verb == "update":
+            if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", "the object has been modified", verb, path)
+            if stored.get("immutable"):
+                raise ApiError(422, "Invalid", "field is immutable", verb, path)
+            return self._store(verb, key, body)
+        if verb == "patch":  # a JSON merge patch of metadata (releasing or marking a replica)
+            marking = set(body["metadata"].get("annotations") or {}) == {ADMITTED}
+            if body["metadata"].pop("resourceVersion") != stored["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", "the object has been modified", verb, path)
+            owner = stored["metadata"]["annotations"][REPLICA_OF]
+            patched = copy.deepcopy(stored)
+            for field_name, changes in body["metadata"].items():
+                values = patched["metadata"].setdefault(field_name, {})
+                for k, v in changes.items():
+                    if v is None:
+                        values.pop(k, None)
+                    else:
+                        values[k] = v
+            self._store("patch", key, patched)
+            self.writes[-1] = ("admitted" if marking else "release", key, owner)
+            return copy.deepcopy(self.objects[key])
+        assert verb == "delete", verb
+        if body["preconditions"]["resourceVersion"] != stored["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "precondition failed", verb, path)
+        del self.objects[key]
+        self.revision += 1
+        self.writes.append(("delete", key, stored["metadata"]["annotations"][REPLICA_OF]))
+        self.times.append(self.clock.now() - START)
+        return {}
+
+    def _store(self, verb: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.revision += 1
+        namespace = key.split("/", maxsplit=1)[0]
+        stored = admitted(copy.deepcopy(body), self.admission.get(namespace, ""))
+        stored["metadata"].update(uid=f"w-{self.revision}", resourceVersion=str(self.revision))
+        self.objects[key] = stored
+        self.writes.append((verb, key, body["metadata"]["annotations"].get(REPLICA_OF, "")))
+        self.times.append(self.clock.now() - START)
+        return copy.deepcopy(stored)
 
 
 class RecordingRecorder:
@@ -209,20 +291,20 @@ def plan_all(world: World) -> list[Any]:
     caches, _, _ = caches_of(world)
     keys = {s.key for s in caches.sources()} | set(caches.replicated_sources())
     grace = Grace.from_now(world.grace)
-    return [plan_source(k, caches, caches.get, SCOPE, nothing_admitted, grace)
+    return [plan_source(k, caches, caches.get, SCOPE, grace)
             for k in sorted(keys)]
 
 
-def run(world: World) -> tuple[FakeKube, RecordingRecorder]:
+def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
     """The workers, round after round (each round ends with a relist), until quiet."""
     clock = FakeClock(START)
-    server = FakeKube(copy.deepcopy(world.objects), clock)
+    server = RecordingServer(copy.deepcopy(world.objects), clock, world.admission)
     recorder = RecordingRecorder()
     caches, objects, spaces = caches_of(world)
     listed = [server.revision]  # the revision the caches were last listed at (the watermark)
     replicator = Replicator(server, caches, SCOPE, recorder,  # type: ignore[arg-type]
-                            Expectations(lambda key: listed[0]), delete_grace=world.grace,
-                            clock=clock, unserved=frozenset({"ConfigMap"}))
+                            Memory(lambda key: listed[0], world.grace, clock),
+                            unserved=frozenset({"ConfigMap"}))
     queue: WorkQueue[Key] = WorkQueue(clock=clock)
     # Start-up: the informers' first lists arrive as "added" events.
     for namespace in spaces.values():
@@ -262,15 +344,21 @@ def run(world: World) -> tuple[FakeKube, RecordingRecorder]:
     raise AssertionError(f"still writing after 10 rounds: {server.writes}")
 
 
-def expected_writes(plans: list[Any]) -> Counter[tuple[str, str, str, float]]:
+def expected_writes(plans: list[Any], world: World) -> Counter[tuple[str, str, str, float]]:
     """The writes a plan's actions mean, and when (seconds into the run): a recreate is a
-    delete and a create."""
+    delete and a create; and where admission rewrites k, the patch that marks it on a
+    replica written without the mark (a rewrite carries the mark the replica had)."""
     writes: Counter[tuple[str, str, str, float]] = Counter()
     for p in plans:
         for a in p.actions:
             where = f"{a.namespace}/{a.name}"
             for verb in (("delete", "create") if a.kind == "recreate" else (a.kind,)):
                 writes[(verb, where, a.source, a.due_in)] += 1
+            if a.kind in ("create", "update", "recreate") and \
+                    world.admission.get(a.namespace) == "data":
+                current = world.objects.get(where) if a.kind != "create" else None
+                if current is None or ADMITTED not in current["metadata"]["annotations"]:
+                    writes[("admitted", where, a.source, a.due_in)] += 1
     return writes
 
 
@@ -282,8 +370,8 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
 
     # Every write plan listed, and when: a removal (and the create that follows one) after
     # the grace, anything else at once.
-    done = Counter(written(server))
-    assert done == expected_writes(plans)
+    done = Counter((*w, t) for w, t in zip(server.writes, server.times, strict=True))
+    assert done == expected_writes(plans, world)
     waited = [a for p in plans for a in p.actions if a.kind in REMOVALS]
     assert all(a.due_in == world.grace for a in waited), "plan says how long each waits"
     conflicts = {(r, obj, m.split(" ", 1)[0]) for r, obj, m in recorder.warnings
@@ -291,9 +379,15 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
     assert conflicts == {("TargetConflict", c.source, f"{c.namespace}/{c.name}")
                          for p in plans for c in p.conflicts}
     problems = {(r, obj) for r, obj, _ in recorder.warnings
-                if r not in ("TargetConflict", "PullNotAllowed")}
+                if r not in ("TargetConflict", "PullNotAllowed", MUTATED)}
     assert problems == {("InvalidSpec", p.source) for p in plans if p.invalid} | {
         ("SourceNotAllowed", p.source) for p in plans if p.not_allowed}
+
+    # What admission changed is said once per source that wrote where admission acts.
+    mutated = [obj for r, obj, _ in recorder.warnings if r == MUTATED]
+    assert sorted(mutated) == sorted({source for verb, where, source in server.writes
+                                      if verb in ("create", "update")
+                                      and world.admission.get(where.split("/", 1)[0])})
 
     # Every pull that gets nothing is said once, on its Namespace, with why.
     caches, _, spaces = caches_of(world)
@@ -303,5 +397,8 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
     said = [(obj, m) for r, obj, m in recorder.warnings if r == "PullNotAllowed"]
     assert sorted(said) == sorted((f"/{r.namespace}", r.message) for r in refused)
 
-    after = plan_all(World(world.namespaces, server.objects, world.grace))
+    converged = World(world.namespaces, server.objects, world.grace, world.admission)
+    after = plan_all(converged)
     assert [(p.source, p.actions) for p in after if p.actions] == []
+    restarted, _ = run(converged)  # a new process: no memory, the caches listed afresh
+    assert restarted.writes == [], "a restart writes nothing, admitted replicas included"

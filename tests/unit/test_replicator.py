@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 from pytest_mock import MockerFixture
 
+from configmirror.admission import ADMITTED
 from configmirror.clock import FakeClock
 from configmirror.events import EventRecorder
 from configmirror.kube import ApiError, Kube
+from configmirror.memory import Memory
 from configmirror.metrics import Metrics
 from configmirror.model import (
     CachedObject,
@@ -28,7 +30,6 @@ from configmirror.replicator import (
     MUTATED,
     PULL_NOT_ALLOWED,
     REPLICATED,
-    Expectations,
     Replicator,
 )
 from configmirror.settings import DEFAULT_EXCLUDED
@@ -64,8 +65,8 @@ def replicator(mocker: MockerFixture, world: World, delete_grace: float = 60.0,
     kube = mocker.create_autospec(Kube, instance=True)
     recorder = mocker.create_autospec(EventRecorder, instance=True)
     r = Replicator(kube, world.caches, Scope.from_flags("*", DEFAULT_EXCLUDED), recorder,
-                   Expectations(lambda key: watermark), metrics, dry_run=dry_run,
-                   delete_grace=delete_grace, clock=FakeClock())
+                   Memory(lambda key: watermark, delete_grace, FakeClock()), metrics=metrics,
+                   dry_run=dry_run)
     return r, kube, recorder
 
 
@@ -169,26 +170,81 @@ def test_an_immutable_replica_that_differs_is_deleted_then_created(
     assert [c.args[0] for c in kube.request.call_args_list] == ["delete", "create"]
 
 
-def test_what_admission_made_of_a_write_is_forgotten_once_a_write_is_kept_as_written(
+def answer(body: dict[str, Any], rv: str = "30", data: dict[str, str] | None = None,
+           labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """What a server whose admission sets `data` and `labels` stores of a write of `body`."""
+    stored_body = copy.deepcopy(body)
+    stored_body["metadata"].update(uid="r-1", resourceVersion=rv)
+    stored_body["metadata"]["labels"] = {**stored_body["metadata"]["labels"], **(labels or {})}
+    stored_body["data"] = {**stored_body["data"], **(data or {})}
+    return stored_body
+
+
+def test_a_write_admission_adds_a_label_to_is_written_once_and_needs_no_mark(
         mocker: MockerFixture) -> None:
     world = World(ns("a"))
-    v1 = world.put(source({REPLICATE_TO: "a"}, data={"k": "1"}))
-    r, kube, _ = replicator(mocker, world, watermark=10**9)  # each write's echo is cached
-    mutated = stored(v1, "a")
-    mutated["metadata"]["labels"] = {**mutated["metadata"]["labels"], "webhook": "added"}
-    kube.request.return_value = mutated
-    r.reconcile(TARGET)  # admission changed it: remembered, so it is not written again
-    world.put(cached(mutated))
-    v2 = world.put(source({REPLICATE_TO: "a"}, data={"k": "2"}, rv="11"))
-    kube.request.return_value = {**stored(v2, "a"), "metadata": {
-        **stored(v2, "a")["metadata"], "resourceVersion": "31"}}
-    r.reconcile(TARGET)  # kept as written this time: nothing to remember
-    world.put(source({REPLICATE_TO: "a"}, data={"k": "1"}, rv="12"))  # back to v1's content
-    world.put(cached({**mutated, "metadata": {**mutated["metadata"], "resourceVersion": "40"}}))
+    world.put(source({REPLICATE_TO: "a"}))
+    r, kube, recorder = replicator(mocker, world)
+    kube.request.side_effect = lambda verb, path, body, **_: answer(body, labels={"o": "t"})
+    assert r.reconcile(TARGET) == Result(changed=True)
+    assert r.reconcile(TARGET) == Result(), "what the server stored is in sync"
+    assert [c.args[0] for c in kube.request.call_args_list] == ["create"]
+    (warned,) = [c.args[2] for c in recorder.warning.call_args_list if c.args[1] == MUTATED]
+    assert warned.startswith("the API server stored replica a/cfg other than it was written "
+                             "(label o added)")
+
+
+def test_a_data_key_admission_rewrites_is_named_on_the_replica_once_then_carried(
+        mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    world.put(source({REPLICATE_TO: "a"}, data={"k": "1"}))
+    metrics = Metrics()
+    r, kube, _ = replicator(mocker, world, watermark=10**9,  # each write's echo is cached
+                            metrics=metrics)
+    written: list[dict[str, Any]] = []
+
+    def server(verb: str, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        if verb == "patch":  # the mark, on what was stored
+            marked = copy.deepcopy(written[-1])
+            marked["metadata"]["annotations"].update(body["metadata"]["annotations"])
+            marked["metadata"]["resourceVersion"] = "31"
+            written.append(marked)
+        else:
+            written.append(answer(body, data={"k": "policy"}))
+        return copy.deepcopy(written[-1])
+
+    kube.request.side_effect = server
+    r.reconcile(TARGET)
+    assert [c.args[0] for c in kube.request.call_args_list] == ["create", "patch"]
+    assert kube.request.call_args.kwargs["body"]["metadata"] == {
+        "resourceVersion": "30", "annotations": {ADMITTED: "data/k"}}
+    assert metrics.registry.get_sample_value(
+        "configmirror_replica_writes_total", {"action": "admitted", "resource": "configmaps"}
+    ) == 1, "the mark is a write, and counted as one"
+    world.put(cached(written[-1]))
+    assert r.reconcile(TARGET) == Result(), "in sync as the server stores it"
+    world.put(source({REPLICATE_TO: "a"}, data={"k": "2"}, rv="11"))
     kube.request.reset_mock()
-    kube.request.return_value = stored(v1, "a")
-    r.reconcile(TARGET)  # edited by hand into what admission once made of v1: drift now
-    assert [c.args[0] for c in kube.request.call_args_list] == ["update"]
+    r.reconcile(TARGET)
+    assert [c.args[0] for c in kube.request.call_args_list] == ["update"], \
+        "a source edit is one write: it carries the mark"
+    assert kube.request.call_args.kwargs["body"]["metadata"]["annotations"][ADMITTED] == "data/k"
+
+
+def test_a_mark_admission_no_longer_needs_is_taken_off(mocker: MockerFixture) -> None:
+    world = World(ns("a"))
+    src = world.put(source({REPLICATE_TO: "a"}, data={"k": "1"}))
+    marked = answer(desired_body(src, "a"), data={"k": "policy"})
+    marked["metadata"]["annotations"][ADMITTED] = "data/k"
+    world.put(cached(marked))
+    world.put(source({REPLICATE_TO: "a"}, data={"k": "2"}, rv="11"))
+    r, kube, _ = replicator(mocker, world)
+    kube.request.side_effect = lambda verb, path, body, **_: answer(body) if verb != "patch" \
+        else {**answer(desired_body(world.caches.get("src/cfg"), "a"), rv="32")}  # type: ignore
+    r.reconcile(TARGET)
+    assert [c.args[0] for c in kube.request.call_args_list] == ["update", "patch"]
+    assert kube.request.call_args.kwargs["body"]["metadata"]["annotations"] == {ADMITTED: None}
+    assert r.reconcile(TARGET) == Result()
 
 
 def test_a_secret_written_and_changed_before_the_watch_brings_it_is_updated_not_recreated(
@@ -204,7 +260,7 @@ def test_a_secret_written_and_changed_before_the_watch_brings_it_is_updated_not_
     kube = mocker.create_autospec(Kube, instance=True)
     r = Replicator(kube, world.caches, Scope.from_flags("src", DEFAULT_EXCLUDED),
                    mocker.create_autospec(EventRecorder, instance=True),
-                   Expectations(lambda key: 0), delete_grace=60.0)
+                   Memory(lambda key: 0, 60.0, FakeClock()))
     kube.request.return_value = stored(v1, "a")
     r.reconcile(target_key(SECRET, "a", "cfg"))
     v2 = secret("Mg==", "11")  # the replica is still only in our memory of the write

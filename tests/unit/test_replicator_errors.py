@@ -7,8 +7,10 @@ import base64
 import pytest
 from pytest_mock import MockerFixture
 
+from configmirror.clock import FakeClock
 from configmirror.events import EventRecorder
 from configmirror.kube import ApiError
+from configmirror.memory import Memory
 from configmirror.model import Caches, Namespace, object_indexers, target_key
 from configmirror.reconcile import (
     ReconcileError,
@@ -16,7 +18,7 @@ from configmirror.reconcile import (
     ServerUnavailable,
     TerminalError,
 )
-from configmirror.replicator import Expectations, Replicator, redacted
+from configmirror.replicator import Replicator, redacted
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import REPLICATE_TO, Scope
 from configmirror.store import Store
@@ -37,8 +39,8 @@ def replicator(mocker: MockerFixture, status: int, watching: bool
     recorder = mocker.create_autospec(EventRecorder, instance=True)
     return Replicator(kube, Caches(objects, namespaces, CONFIGMAP),
                       Scope.from_flags("*", DEFAULT_EXCLUDED), recorder,
-                      Expectations(lambda key: 0), watching=lambda key: watching,
-                      delete_grace=0.0), recorder
+                      Memory(lambda key: 0, 0.0, FakeClock()), watching=lambda key: watching
+                      ), recorder
 
 
 @pytest.mark.parametrize(("status", "watching", "raised", "said"), [
@@ -91,7 +93,7 @@ def test_no_secret_value_reaches_an_error_or_an_event_whatever_the_server_echoes
     recorder = mocker.create_autospec(EventRecorder, instance=True)
     r = Replicator(kube, Caches(objects, namespaces, SECRET),
                    Scope.from_flags("src", DEFAULT_EXCLUDED), recorder,
-                   Expectations(lambda key: 0), watching=lambda key: watching, delete_grace=0.0)
+                   Memory(lambda key: 0, 0.0, FakeClock()), watching=lambda key: watching)
     with pytest.raises(ReconcileError) as raised:
         r.reconcile(target_key(SECRET, "a", "tls"))
     told = [str(raised.value), repr(raised.value),

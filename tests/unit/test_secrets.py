@@ -10,7 +10,7 @@ import pytest
 
 from configmirror.kube import ApiError
 from configmirror.model import CachedObject
-from configmirror.plan import decide, desired_body, nothing_admitted, plan_source
+from configmirror.plan import decide, desired_body, plan_source
 from configmirror.replicator import redacted
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import COPY_KEYS, REPLICA_TYPE, REPLICATE_TO, Scope
@@ -51,7 +51,7 @@ def test_a_replica_whose_type_must_change_is_recreated() -> None:
     old, new = secret("Opaque"), secret("kubernetes.io/tls")
     current = replica(old, "a")
     w = world([new, current], [ns("src"), ns("a")], SECRET)
-    p = decide("a", "tls", current, w, SCOPE, nothing_admitted, AT_ONCE)
+    p = decide("a", "tls", current, w, SCOPE, AT_ONCE)
     assert p.action is not None and p.action.kind == "recreate"
     assert replica(old, "a").type == "Opaque"
 
@@ -61,10 +61,10 @@ def test_a_data_change_is_an_update_and_in_sync_is_nothing() -> None:
     rotated = secret(data={"tls.crt": "bmV3", "tls.key": "bmV3"})
     replicas = [replica(src, "a")]
     w = world([rotated, *replicas], [ns("src"), ns("a")], SECRET)
-    whole = plan_source(src.key, w, w.get, SCOPE, nothing_admitted, AT_ONCE)
+    whole = plan_source(src.key, w, w.get, SCOPE, AT_ONCE)
     assert [(a.kind, a.namespace) for a in whole.actions] == [("update", "a")]
     w = world([src, *replicas], [ns("src"), ns("a")], SECRET)
-    in_sync = plan_source(src.key, w, w.get, SCOPE, nothing_admitted, AT_ONCE)
+    in_sync = plan_source(src.key, w, w.get, SCOPE, AT_ONCE)
     assert in_sync.in_sync
 
 
@@ -73,7 +73,7 @@ def test_a_service_account_token_source_is_an_invalid_spec() -> None:
     assert src.compiled is not None and src.compiled.invalid is not None
     assert "service-account-token" in src.compiled.invalid
     w = world([src], [ns("src"), ns("a")], SECRET)
-    p = plan_source(src.key, w, w.get, SCOPE, nothing_admitted, AT_ONCE)
+    p = plan_source(src.key, w, w.get, SCOPE, AT_ONCE)
     assert p.invalid is not None and p.actions == ()
 
 
@@ -87,7 +87,7 @@ def test_a_configmap_and_a_secret_hash_differently_and_type_defaults_to_opaque()
 def test_what_plan_shows_of_a_secret_is_key_names_sizes_and_a_hash() -> None:
     src = secret()
     w = world([src], [ns("src"), ns("a")], SECRET)
-    p = plan_source(src.key, w, w.get, SCOPE, nothing_admitted, AT_ONCE)
+    p = plan_source(src.key, w, w.get, SCOPE, AT_ONCE)
     assert p.kind == "Secret"
     assert p.content == {"keys": {"tls.crt": len(CERT), "tls.key": 4},
                          "hash": src.compiled.content_hash}  # type: ignore[union-attr]
@@ -133,7 +133,7 @@ def test_a_tls_source_that_copies_only_the_ca_needs_another_replica_type() -> No
         f"{COPY_KEYS}: a Secret of type kubernetes.io/tls needs tls.crt, tls.key, which it "
         f"leaves out; copy them, or give the replicas another type with {REPLICA_TYPE}: Opaque")
     w = world([src], [ns("src"), ns("a")], SECRET)
-    assert plan_source(src.key, w, w.get, SCOPE, nothing_admitted, AT_ONCE).actions == ()
+    assert plan_source(src.key, w, w.get, SCOPE, AT_ONCE).actions == ()
 
 
 def test_replica_type_opaque_gives_opaque_replicas_with_only_the_ca() -> None:
@@ -143,7 +143,7 @@ def test_replica_type_opaque_gives_opaque_replicas_with_only_the_ca() -> None:
     assert (body["type"], body["data"]) == ("Opaque", {"ca.crt": CA})
     assert replica(src, "a").content_hash == src.compiled.content_hash
     w = world([src], [ns("src"), ns("a")], SECRET)
-    p = plan_source(src.key, w, w.get, SCOPE, nothing_admitted, AT_ONCE)
+    p = plan_source(src.key, w, w.get, SCOPE, AT_ONCE)
     assert p.content is not None and set(p.content["keys"]) == {"ca.crt"}
 
 
@@ -152,7 +152,7 @@ def test_an_existing_replica_whose_replica_type_changes_is_recreated() -> None:
     ca_only = issued({COPY_KEYS: "ca.crt", REPLICA_TYPE: "Opaque"})
     current = replica(full, "a")
     w = world([ca_only, current], [ns("src"), ns("a")], SECRET)
-    d = decide("a", "tls", current, w, SCOPE, nothing_admitted, AT_ONCE)
+    d = decide("a", "tls", current, w, SCOPE, AT_ONCE)
     assert d.action is not None and d.action.kind == "recreate"
 
 

@@ -3,8 +3,11 @@ caches, as the command builds them)."""
 
 from __future__ import annotations
 
+import copy
+
+from configmirror.admission import ADMITTED
 from configmirror.model import CachedObject, Caches, Namespace
-from configmirror.plan import Grace, ReplicationPlan, nothing_admitted, plan_source
+from configmirror.plan import Grace, ReplicationPlan, desired_body, plan_source
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.status import Failure, KindView, Problem, namespace_status, source_status
@@ -29,7 +32,7 @@ def view(objects: list[CachedObject], namespaces: list[Namespace], scope: Scope 
     names, over these caches."""
     w = caches or world(objects, namespaces)
     keys = {s.key for s in w.sources()} | set(w.replicated_sources())
-    return KindView(w, scope, names, [plan_source(k, w, w.get, scope, nothing_admitted, grace)
+    return KindView(w, scope, names, [plan_source(k, w, w.get, scope, grace)
                                       for k in sorted(keys)])
 
 
@@ -50,6 +53,25 @@ def test_a_source_counts_its_targets_those_in_sync_and_lists_what_is_pending() -
     assert sorted((p["action"], p["namespace"], p["name"]) for p in status.pending) == [
         ("create", "c", "cfg"), ("update", "b", "cfg")]
     assert not status.done and status.problems == ()
+
+
+def test_replicas_admission_labelled_or_rewrote_and_marked_count_in_sync() -> None:
+    src = source({REPLICATE_TO: "a, b, c"}, data={"k": "v", "mode": "strict"})
+    labelled = copy.deepcopy(desired_body(src, "b"))
+    labelled["metadata"].update(uid="r-b", resourceVersion="21")
+    labelled["metadata"]["labels"]["policy.example/owner"] = "team"
+    rewritten = copy.deepcopy(labelled)
+    rewritten["metadata"].update(namespace="c", uid="r-c")
+    rewritten["data"]["mode"] = "audit"
+    rewritten["metadata"]["annotations"][ADMITTED] = "data/mode"
+    v = view([src, replica_of(src, "a"), cached(labelled), cached(rewritten)],
+             [ns("src"), ns("a"), ns("b"), ns("c")])
+    status = source_status(plan_of(v), v, ())
+    assert (status.targets, status.in_sync, status.pending) == (3, 3, ()) and status.done
+    del rewritten["metadata"]["annotations"][ADMITTED]  # rewritten, but not by admission
+    v = view([src, replica_of(src, "a"), cached(labelled), cached(rewritten)],
+             [ns("src"), ns("a"), ns("b"), ns("c")])
+    assert source_status(plan_of(v), v, ()).in_sync == 2
 
 
 def test_a_source_in_sync_everywhere_is_done_and_says_so_in_json() -> None:
