@@ -2,7 +2,8 @@
 fare, and the rate an overloaded server allows, against the Go writer under the same limits.
 
     python bench/bench_faults.py [--namespaces 100] [--repeats 3] [--quiet-minutes 15]
-                                 [--storm-namespaces 1000]
+                                 [--storm-namespaces 1000] [--outage-namespaces 5000]
+                                 [--outage-runs 10] [--parts faults,quiet,overload,outage]
 
 1. Faults (configmirror_testing.faultproxy between the operator and the API server, the
    operator with default flags, one source replicated into --namespaces namespaces): for each
@@ -18,6 +19,14 @@ fare, and the rate an overloaded server allows, against the Go writer under the 
    (configmirror_testing.overload). The Go client-go writer writes the same --storm-namespaces
    bodies the operator writes, as the same ServiceAccount, before and after it; rates, 429s,
    and the operator's writes (goal: exactly one per replica, nothing given up).
+4. An API server outage mid fan-out (issue 42): one source replicated into
+   --outage-namespaces namespaces, converged; the source edited, and 0.3 s later the API
+   server killed (SIGKILL) for 8 s and started again on the same port (etcd keeps running);
+   --outage-runs times with one operator (default flags but --kube-api-qps 0, as every
+   benchmark). For each run: the seconds from the server's return (its /readyz answers) to
+   the last replica holding the new content (goal: 30 s, DESIGN.md section 5), and to the
+   `Replicated` Event that counts the edit's updates (written once the source is quiet for
+   2 s, so at best 2 s after the last replica); replicas still stale after 120 s are named.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from configmirror.kube import ApiError, Kube
 from configmirror.spec import REPLICATE_TO
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.faultproxy import FaultProxy
@@ -37,6 +47,7 @@ from configmirror_testing.objects import service_account_token, token_kubeconfig
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.overload import SMALL_SERVER_FLAGS, Throttle
 from harness import (
+    OPERATOR_FLAGS,
     REPO,
     RESULTS,
     BenchCluster,
@@ -59,7 +70,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quiet-minutes", type=float, default=15.0)
     parser.add_argument("--storm-namespaces", type=int, default=1000)
-    parser.add_argument("--parts", default="faults,quiet,overload",
+    parser.add_argument("--outage-namespaces", type=int, default=5000)
+    parser.add_argument("--outage-runs", type=int, default=10)
+    parser.add_argument("--parts", default="faults,quiet,overload,outage",
                         help="which parts to run (comma-separated)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -71,6 +84,8 @@ def main() -> None:
         result["quiet"] = quiet(args.quiet_minutes)
     if "overload" in parts:
         result["overload"] = overload(args.storm_namespaces)
+    if "outage" in parts:
+        result["outage"] = outage(args.outage_namespaces, args.outage_runs)
     result["load_after"] = load_average()
     print(f"  at the end: {load_average()}")
     save("faults", result)
@@ -354,6 +369,150 @@ def settle() -> None:
     Fairness doubles it (up to 32 s) while a level drops 3 requests a second for as many
     seconds, and lowers it by one for each quieter second (dropped_requests_tracker.go)."""
     time.sleep(40)  # the server's own decay, with nothing to poll for it
+
+
+# -- 4. the API server killed mid fan-out --------------------------------------------------------
+
+OUTAGE_AFTER_EDIT = 0.3  # seconds from the edit to the kill (issue 42's run)
+OUTAGE_SECONDS = 8.0
+STALE_AFTER = 120.0  # a replica stale this long after the return is reported by name
+
+
+def outage(namespaces: int, runs: int) -> dict[str, Any]:
+    cluster = BenchCluster(None)
+    assert cluster.plane is not None
+    plane = cluster.plane
+    operator: OperatorProcess | None = None
+    out: dict[str, Any] = {"namespaces": namespaces, "runs": []}
+    try:
+        source_ns = cluster.namespaces("outage-src", 1)[0]
+        cluster.namespaces("outage", namespaces)
+        operator = OperatorProcess(cluster.kubeconfig, fresh_log("operator-outage.log"),
+                                   *OPERATOR_FLAGS)
+        operator.wait_ready(120)
+        source = f"/api/v1/namespaces/{source_ns}/configmaps"
+        cluster.kube.request("create", source, body={
+            "metadata": {"name": SOURCE, "annotations": {REPLICATE_TO: "outage-*"}},
+            "data": {"v": "0"}})
+        replicas = Replicas(cluster.kube, SOURCE, "outage-")
+        wait(lambda: replicas.holding("0") == namespaces, 600, "the first replicas",
+             interval=1.0)
+        print(f"\n4. the API server killed {OUTAGE_AFTER_EDIT} s after an edit, for "
+              f"{OUTAGE_SECONDS:g} s, then started again (etcd kept); 1 source x {namespaces} "
+              f"namespaces; seconds from its return (/readyz) to the last replica with the "
+              f"new content, and to the Replicated Event of the edit")
+        for run in range(1, runs + 1):
+            operator.wait_idle(300)
+            version = str(run)
+            known = {e["metadata"]["name"]: e.get("count", 1)
+                     for e in events_of(cluster.kube, source_ns)}
+            cluster.kube.request("patch", f"{source}/{SOURCE}", body={"data": {"v": version}},
+                                 content_type="application/merge-patch+json")
+            time.sleep(OUTAGE_AFTER_EDIT)  # the moment of the kill is the scenario itself
+            plane.stop_apiserver(kill=True)
+            # Read with the server down, so no update can land after it: all done before.
+            before = operator.metric("configmirror_replica_writes_total", action="update")
+            time.sleep(OUTAGE_SECONDS)  # the outage's length, likewise
+            plane.start_apiserver()  # returns once /readyz answers
+            back = time.monotonic()
+            stale = replicas.wait_holding(version, namespaces, STALE_AFTER)
+            last = time.monotonic() - back if not stale else None
+            event = replicated_event_delay(cluster.kube, source_ns, known, back, STALE_AFTER)
+            scrape = operator.scrape()
+            record = {"run": run, "last_replica": last, "event": event,
+                      "written_before_kill": before, "stale": stale[:20],
+                      "stale_count": len(stale),
+                      "given_up": scrape.value("configmirror_reconcile_given_up_total"),
+                      "waiting_for_server": scrape.value("configmirror_work_pending",
+                                                         state="waiting_for_server")}
+            out["runs"].append(record)
+            print(f"  run {run:2d}: last replica "
+                  + (f"{last:5.1f} s" if last is not None else
+                     f"STALE: {len(stale)} after {STALE_AFTER:.0f} s, e.g. {stale[:5]}")
+                  + " after the return; Replicated Event "
+                  + (f"{event:5.1f} s" if event is not None else "missing")
+                  + f"; {before:.0f} updates before the kill; given up so far "
+                    f"{record['given_up']:.0f}", flush=True)
+            if stale:
+                break  # the operator's log and the audit log of this run are the evidence
+        done = [r["last_replica"] for r in out["runs"] if r["last_replica"] is not None]
+        events = [r["event"] for r in out["runs"] if r["event"] is not None]
+        if done:
+            print(f"  last replica after the return: median {statistics.median(done):.1f} s, "
+                  f"worst {max(done):.1f} s; {len(done)} of {len(out['runs'])} runs within "
+                  f"{STALE_AFTER:.0f} s, {sum(d <= 30 for d in done)} within 30 s (goal: all)")
+        if events:
+            print(f"  Replicated Event after the return: median {statistics.median(events):.1f}"
+                  f" s, worst {max(events):.1f} s")
+        assert operator.stop() == 0
+    finally:
+        if operator is not None and operator.proc.poll() is None:
+            operator.stop()
+        cluster.close()
+    return out
+
+
+class Replicas:
+    """Lists the replicas of one source (by the admin, not through the operator)."""
+
+    def __init__(self, kube: Kube, name: str, prefix: str) -> None:
+        self.kube = kube
+        self.name = name
+        self.prefix = prefix
+
+    def versions(self) -> dict[str, str]:
+        body = self.kube.request("list", "/api/v1/configmaps", {
+            "labelSelector": "configmirror.io/replica=true",
+            "fieldSelector": f"metadata.name={self.name}"}, timeout=60)
+        return {item["metadata"]["namespace"]: (item.get("data") or {}).get("v", "")
+                for item in body.get("items") or ()
+                if item["metadata"]["namespace"].startswith(self.prefix)}
+
+    def holding(self, version: str) -> int:
+        try:
+            return sum(v == version for v in self.versions().values())
+        except ApiError:
+            return 0
+
+    def wait_holding(self, version: str, count: int, timeout: float) -> list[str]:
+        """Wait until `count` replicas hold `version`; the namespaces whose replica does not
+        after `timeout` seconds (empty: all did)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                versions = self.versions()
+            except ApiError:
+                versions = {}
+            stale = sorted(ns for ns, v in versions.items() if v != version)
+            if versions and len(versions) >= count and not stale:
+                return []
+            if time.monotonic() > deadline:
+                return stale or ["(replicas missing)"]
+            time.sleep(0.2)  # polling interval of a list of thousands: the resolution
+
+
+def replicated_event_delay(kube: Kube, namespace: str, known: dict[str, int], since: float,
+                           timeout: float) -> float | None:
+    """Seconds from `since` (time.monotonic()) to a `Replicated` Event in `namespace` counting
+    updates that is not among `known` (name -> count, read before the edit); None if none
+    comes within `timeout` of `since`."""
+    deadline = since + timeout
+    while time.monotonic() < deadline:
+        for event in events_of(kube, namespace):
+            name = event["metadata"]["name"]
+            if event.get("reason") == "Replicated" and "updated 0" not in \
+                    event.get("message", "") and event.get("count", 1) != known.get(name):
+                return time.monotonic() - since
+        time.sleep(0.1)  # the resolution of the delay
+    return None
+
+
+def events_of(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    try:
+        body = kube.request("list", f"/api/v1/namespaces/{namespace}/events", timeout=30)
+    except ApiError:
+        return []
+    return list(body.get("items") or ())
 
 
 if __name__ == "__main__":

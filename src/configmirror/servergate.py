@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from configmirror.clock import Clock, RealClock
+from configmirror.outage import Outage
 from configmirror.reconcile import ReconcileError, Result, ServerUnavailable
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,12 @@ class ServerGate(Generic[K]):
 
     def __init__(self, name: str, reconcile: Callable[[K], Result],
                  enqueue: Callable[[K], None], clock: Clock | None = None,
-                 backoff: ServerBackoff | None = None) -> None:
+                 backoff: ServerBackoff | None = None, outage: Outage | None = None) -> None:
+        """`outage`: the operator's one view of whether the API server answers. The gate
+        tells it of every answer it sees, and releases its keys whenever an outage ends,
+        whoever saw the answer (an informer, the Event recorder, the outage's probe)."""
         self._name = name
+        self._outage = outage
         self._reconcile = reconcile
         self._enqueue = enqueue  # puts a released key back in the queue
         self._clock = clock or RealClock()
@@ -70,6 +75,8 @@ class ServerGate(Generic[K]):
         self._waiting: set[K] = set()
         self._probe: K | None = None
         self._outage_since: float | None = None
+        if outage is not None:
+            outage.listen(self._release)
 
     def reconcile(self, key: K) -> Result:
         probing = False
@@ -97,6 +104,11 @@ class ServerGate(Generic[K]):
     def answered(self) -> None:
         """The API server answers (an informer reconnected, a request got through): every key
         that waited for it goes back in the queue now."""
+        if self._outage is not None:
+            self._outage.answered()  # its listener, _release, is told when it ends one
+        self._release()
+
+    def _release(self) -> None:
         if self._outage_since is None:
             return  # no outage, the common case: no lock
         with self._lock:

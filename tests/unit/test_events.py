@@ -14,6 +14,7 @@ import pytest
 from configmirror.clock import FakeClock
 from configmirror.events import QUIET, RETRY_MIN, EventRecorder, ObjectRef, Tallies
 from configmirror.kube import ApiError
+from configmirror.outage import Outage
 from configmirror.replicator import replicated_message
 from configmirror_testing.wait import wait_for
 
@@ -282,6 +283,58 @@ def test_retries_wait_half_a_second_doubling_to_30_s_and_the_first_failure_is_lo
     assert len(server.written()) == 10
     warned = [r for r in caplog.records if "cannot record Event" in r.getMessage()]
     assert [r.levelname for r in warned] == ["WARNING"], "once, then at debug level"
+
+
+def test_a_retry_begun_in_an_outage_ends_when_the_outage_does_and_starts_afresh() -> None:
+    server, clock = EventServer(), FakeClock()
+    outage = Outage(clock=clock)
+    events = EventRecorder(server, instance="test", clock=clock,  # type: ignore[arg-type]
+                           outage=outage)
+    events.start()
+    try:
+        server.failures += [unavailable() for _ in range(5)]
+        events.warning(A, "InvalidSpec", "bad")
+        for attempt, delay in enumerate((0.5, 1, 2, 4, 8), start=1):
+            wait_for(lambda attempt=attempt, delay=delay: len(server.written()) == attempt
+                     and clock.wake_times() == [clock.now() + delay],
+                     what=f"attempt {attempt} to wait {delay} s")
+            if attempt < 5:
+                clock.step(delay)
+        assert outage.active(), "a write with no answer is an outage"
+        outage.answered()  # an informer reconnected: 8 s are left of this wait
+        wait_for(lambda: events.pending() == 0, what="the Event written at once")
+        assert clock.waiters() == 0 and len(server.written()) == 6
+        server.failures.append(unavailable())
+        events.warning(B, "InvalidSpec", "bad")
+        wait_for(lambda: clock.wake_times() == [clock.now() + RETRY_MIN],
+                 what="the next outage's first wait: the shortest again")
+    finally:
+        outage.answered()
+        events.stop(timeout=5)
+
+
+def test_a_write_refused_or_throttled_is_an_answer_and_waits_on_its_own() -> None:
+    server, clock = EventServer(), FakeClock()
+    outage = Outage(clock=clock)
+    events = EventRecorder(server, instance="test", clock=clock,  # type: ignore[arg-type]
+                           outage=outage)
+    events.start()
+    try:
+        outage.failed()  # an informer met an outage
+        server.failures.append(ApiError(429, "TooManyRequests", "slow down", "create", "/e"))
+        events.warning(A, "InvalidSpec", "bad")
+        wait_for(lambda: clock.wake_times() == [clock.now() + RETRY_MIN], what="the wait")
+        assert not outage.active(), "a 429 is the server answering: the outage is over"
+        outage.failed()
+        outage.answered()
+        assert clock.wake_times() == [clock.now() + RETRY_MIN], "throttled: its own pace"
+        clock.step(RETRY_MIN)
+        wait_for(lambda: events.pending() == 0, what="the Event")
+        outage.failed()
+        events.warning(B, "InvalidSpec", "bad")
+        wait_for(lambda: not outage.active(), what="a written Event to end the outage")
+    finally:
+        events.stop(timeout=5)
 
 
 def test_the_events_are_reported_by_the_instance_given_or_else_the_host() -> None:
