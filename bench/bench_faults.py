@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -406,22 +407,24 @@ def outage(namespaces: int, runs: int) -> dict[str, Any]:
             version = str(run)
             known = {e["metadata"]["name"]: e.get("count", 1)
                      for e in events_of(cluster.kube, source_ns)}
+            updates = operator.metric("configmirror_replica_writes_total", action="update")
             cluster.kube.request("patch", f"{source}/{SOURCE}", body={"data": {"v": version}},
                                  content_type="application/merge-patch+json")
             time.sleep(OUTAGE_AFTER_EDIT)  # the moment of the kill is the scenario itself
             plane.stop_apiserver(kill=True)
             # Read with the server down, so no update can land after it: all done before.
-            before = operator.metric("configmirror_replica_writes_total", action="update")
+            before = operator.metric("configmirror_replica_writes_total",
+                                     action="update") - updates
             time.sleep(OUTAGE_SECONDS)  # the outage's length, likewise
             plane.start_apiserver()  # returns once /readyz answers
-            back = time.monotonic()
-            stale = replicas.wait_holding(version, namespaces, STALE_AFTER)
-            last = time.monotonic() - back if not stale else None
-            event = replicated_event_delay(cluster.kube, source_ns, known, back, STALE_AFTER)
+            back, back_epoch = time.monotonic(), time.time()
+            last, event, stale = converged(replicas, cluster.kube, source_ns, known, version,
+                                           namespaces, back)
             scrape = operator.scrape()
+            writes = audit_after(plane.audit_log, back_epoch)
             record = {"run": run, "last_replica": last, "event": event,
                       "written_before_kill": before, "stale": stale[:20],
-                      "stale_count": len(stale),
+                      "stale_count": len(stale), **writes,
                       "given_up": scrape.value("configmirror_reconcile_given_up_total"),
                       "waiting_for_server": scrape.value("configmirror_work_pending",
                                                          state="waiting_for_server")}
@@ -431,8 +434,10 @@ def outage(namespaces: int, runs: int) -> dict[str, Any]:
                      f"STALE: {len(stale)} after {STALE_AFTER:.0f} s, e.g. {stale[:5]}")
                   + " after the return; Replicated Event "
                   + (f"{event:5.1f} s" if event is not None else "missing")
-                  + f"; {before:.0f} updates before the kill; given up so far "
-                    f"{record['given_up']:.0f}", flush=True)
+                  + f"; {before:.0f} updates before the kill; after the return (audit log): "
+                    f"{writes['updates']} updates by {writes['codes']}, the last answered at "
+                    f"{writes['last_update']:.1f} s ({', '.join(writes['last_namespaces'])}); "
+                    f"given up so far {record['given_up']:.0f}", flush=True)
             if stale:
                 break  # the operator's log and the audit log of this run are the evidence
         done = [r["last_replica"] for r in out["runs"] if r["last_replica"] is not None]
@@ -474,37 +479,71 @@ class Replicas:
         except ApiError:
             return 0
 
-    def wait_holding(self, version: str, count: int, timeout: float) -> list[str]:
-        """Wait until `count` replicas hold `version`; the namespaces whose replica does not
-        after `timeout` seconds (empty: all did)."""
-        deadline = time.monotonic() + timeout
-        while True:
+    def stale(self, version: str, count: int) -> list[str]:
+        """The namespaces whose replica does not hold `version` (all but `count` missing)."""
+        try:
+            versions = self.versions()
+        except ApiError:
+            return ["(the list failed)"]
+        stale = sorted(ns for ns, v in versions.items() if v != version)
+        return stale + ["(missing)"] * max(count - len(versions), 0)
+
+
+def converged(replicas: Replicas, kube: Kube, namespace: str, known: dict[str, int],
+              version: str, count: int, since: float
+              ) -> tuple[float | None, float | None, list[str]]:
+    """Polls until `count` replicas hold `version` and a `Replicated` Event in `namespace`
+    counts updates and is not among `known` (name -> count, read before the edit), or
+    STALE_AFTER seconds from `since` (time.monotonic()). Returns the seconds from `since` to
+    each (None: not in time) and the namespaces whose replica is stale then."""
+    last: float | None = None
+    event: float | None = None
+    stale: list[str] = ["(not listed yet)"]
+    while time.monotonic() < since + STALE_AFTER and (last is None or event is None):
+        if last is None:
+            stale = replicas.stale(version, count)
+            if not stale:
+                last = time.monotonic() - since
+        if event is None and any(
+                e.get("reason") == "Replicated" and "updated 0" not in e.get("message", "")
+                and e.get("count", 1) != known.get(e["metadata"]["name"])
+                for e in events_of(kube, namespace)):
+            event = time.monotonic() - since
+        time.sleep(0.1)  # the resolution of both figures, beside a list of thousands
+    return last, event, [] if last is not None else stale
+
+
+def audit_after(log: Path, since: float) -> dict[str, Any]:
+    """The operator's replica updates received by the server after `since` (epoch seconds):
+    how many, by status code, when the last was answered (seconds after `since`), and the
+    namespaces of the last three."""
+    done: list[tuple[float, str, int]] = []
+    with open(log) as f:
+        for line in f:
             try:
-                versions = self.versions()
-            except ApiError:
-                versions = {}
-            stale = sorted(ns for ns, v in versions.items() if v != version)
-            if versions and len(versions) >= count and not stale:
-                return []
-            if time.monotonic() > deadline:
-                return stale or ["(replicas missing)"]
-            time.sleep(0.2)  # polling interval of a list of thousands: the resolution
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            ref = entry.get("objectRef") or {}
+            if entry.get("verb") == "update" and ref.get("resource") == "configmaps" and \
+                    entry.get("userAgent", "").startswith("configmirror/") and \
+                    (received := epoch(entry.get("requestReceivedTimestamp", ""))) >= since:
+                done.append((epoch(entry.get("stageTimestamp", "")) or received,
+                             ref.get("namespace", ""),
+                             int((entry.get("responseStatus") or {}).get("code") or 0)))
+    done.sort()
+    codes: dict[int, int] = {}
+    for _, _, code in done:
+        codes[code] = codes.get(code, 0) + 1
+    return {"updates": len(done), "codes": codes,
+            "last_update": done[-1][0] - since if done else 0.0,
+            "last_namespaces": [ns for _, ns, _ in done[-3:]]}
 
 
-def replicated_event_delay(kube: Kube, namespace: str, known: dict[str, int], since: float,
-                           timeout: float) -> float | None:
-    """Seconds from `since` (time.monotonic()) to a `Replicated` Event in `namespace` counting
-    updates that is not among `known` (name -> count, read before the edit); None if none
-    comes within `timeout` of `since`."""
-    deadline = since + timeout
-    while time.monotonic() < deadline:
-        for event in events_of(kube, namespace):
-            name = event["metadata"]["name"]
-            if event.get("reason") == "Replicated" and "updated 0" not in \
-                    event.get("message", "") and event.get("count", 1) != known.get(name):
-                return time.monotonic() - since
-        time.sleep(0.1)  # the resolution of the delay
-    return None
+def epoch(stamp: str) -> float:
+    if not stamp:
+        return 0.0
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def events_of(kube: Kube, namespace: str) -> list[dict[str, Any]]:

@@ -48,3 +48,11 @@ class ServerUnavailable(ReconcileError):
                  retry_after: float | None = None) -> None:
         super().__init__(message, subject)
         self.retry_after = retry_after
+
+
+class CacheBehind(ServerUnavailable):
+    """The server answered, with a conflict (or a 404) that the cache cannot explain yet: its
+    watch is down (an outage, or the relist after one), so the object's newer version, often
+    our own write whose answer the outage cut off, is not in it. Not the object's fault, and
+    no sign of an outage: the key alone is tried again, after a short wait that grows, until
+    the watch is back; it never holds other keys back nor waits for them."""

@@ -66,6 +66,7 @@ from configmirror.plan import (
     unserved_pulls,
 )
 from configmirror.reconcile import (
+    CacheBehind,
     ReconcileError,
     Result,
     RetryableError,
@@ -512,9 +513,11 @@ class Replicator:
             stale = f"{where}: {err}"
             if not self._watching(f"{action.namespace}/{action.name}"):
                 # The watch is down (an outage, or its backoff after one): the cache cannot
-                # catch up until it is back, so this waits with the outage, uncounted.
-                return ServerUnavailable(f"{stale} (the cache is behind until the watch "
-                                         f"reconnects)", owner)
+                # catch up until it is back, so this waits for the watch, uncounted. Not for
+                # the server: it answered (issue 42: as an outage's probe, such a key could not
+                # succeed before the watch was back, and held every other key back with it).
+                return CacheBehind(f"{stale} (the cache is behind until the watch "
+                                   f"reconnects)", owner)
             # Our view was stale (edited, created or deleted by someone else): the watch
             # brings the new state, and the retry plans from it.
             return RetryableError(stale, owner)

@@ -9,8 +9,14 @@ done nothing wrong, so its key must not spend its retries. `ServerGate` wraps a 
   waiting keys and no log lines: a storm of 429s paces each key by the server's word.
 - A server that does not answer holds such keys back: one of them, the probe, is tried again
   with backoff capped at 30 s; the others wait, out of the queue. The first sign that the
-  server answers (a write, any API answer, an informer that reconnects) puts every waiting
-  key back in the queue at once, so an outage of seconds delays replicas by seconds.
+  server answers (a write, any API answer, an informer that reconnects, the operator's
+  `outage.Outage` ending) puts every waiting key back in the queue at once, so an outage of
+  seconds delays replicas by seconds.
+- A server that answered with a conflict the cache cannot explain yet (`CacheBehind`: its
+  watch is down, so our own write whose answer an outage cut off looks like someone else's)
+  answered: that ends an outage, and the key alone is tried again after 0.25 s doubling to
+  30 s, until the watch is back. It is never the probe: it cannot succeed before the watch
+  does, and a probe that cannot succeed would hold every other key back with it (issue 42).
 
 To the controller a held key is an ordinary result (the probe a requeue-after, the others a
 success), so its handling stays controller-runtime's four cases.
@@ -26,12 +32,13 @@ from typing import Generic, TypeVar
 
 from configmirror.clock import Clock, RealClock
 from configmirror.outage import Outage
-from configmirror.reconcile import ReconcileError, Result, ServerUnavailable
+from configmirror.reconcile import CacheBehind, ReconcileError, Result, ServerUnavailable
 
 log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 RETRY_AFTER_FLOOR = 1.0  # seconds: a Retry-After of 0 is no reason for a hot loop
+CACHE_WAIT_MIN, CACHE_WAIT_MAX = 0.25, 30.0  # a CacheBehind key's waits: doubling, capped
 
 
 class ServerBackoff:
@@ -75,6 +82,8 @@ class ServerGate(Generic[K]):
         self._waiting: set[K] = set()
         self._probe: K | None = None
         self._outage_since: float | None = None
+        # Keys whose cache is behind (CacheBehind) -> their next wait; each key's alone.
+        self._behind: dict[K, float] = {}
         if outage is not None:
             outage.listen(self._release)
 
@@ -86,6 +95,9 @@ class ServerGate(Generic[K]):
                 probing = key == self._probe
         try:
             result = self._reconcile(key)
+        except CacheBehind:
+            self.answered()  # a conflict is an answer: whatever waited for one, goes now
+            return Result(requeue_after=self._wait_for_cache(key))
         except ServerUnavailable as err:
             if err.retry_after is not None:
                 # The server answered, overloaded, and said when: an outage's probe, and a
@@ -93,8 +105,10 @@ class ServerGate(Generic[K]):
                 return Result(requeue_after=max(err.retry_after, RETRY_AFTER_FLOOR))
             return self._hold(key, err)
         except ReconcileError:
+            self._caught_up(key)
             self.answered()  # these come from an answer, or from the cache
             raise
+        self._caught_up(key)
         if result.changed or probing:
             # A write got through, or the probe found nothing left to write: either way the
             # keys that wait have no reason to wait longer.
@@ -131,6 +145,17 @@ class ServerGate(Generic[K]):
         """Keys waiting for the API server to answer again."""
         with self._lock:
             return len(self._waiting)
+
+    def _wait_for_cache(self, key: K) -> float:
+        with self._lock:
+            delay = self._behind.get(key, CACHE_WAIT_MIN)
+            self._behind[key] = min(delay * 2, CACHE_WAIT_MAX)
+        return delay
+
+    def _caught_up(self, key: K) -> None:
+        if key in self._behind:  # rarely: only after a CacheBehind (no lock: a lookup)
+            with self._lock:
+                self._behind.pop(key, None)
 
     def _hold(self, key: K, err: ServerUnavailable) -> Result:
         with self._lock:

@@ -18,6 +18,7 @@ from configmirror.model import (
     target_key,
 )
 from configmirror.reconcile import (
+    CacheBehind,
     ReconcileError,
     RetryableError,
     ServerUnavailable,
@@ -50,9 +51,9 @@ def replicator(mocker: MockerFixture, status: int, watching: bool
 @pytest.mark.parametrize(("status", "watching", "raised", "said"), [
     # a newer version: the watch brings it, retry counts
     (409, True, RetryableError, "create ConfigMap a/cfg: create /p: 409"),
-    # the watch is down: wait for it, uncounted
-    (409, False, ServerUnavailable, "(the cache is behind until the watch reconnects)"),
-    (404, False, ServerUnavailable, "(the cache is behind until the watch reconnects)"),
+    # the watch is down: wait for it, uncounted, and not as an outage (the server answered)
+    (409, False, CacheBehind, "(the cache is behind until the watch reconnects)"),
+    (404, False, CacheBehind, "(the cache is behind until the watch reconnects)"),
     (503, True, ServerUnavailable, "create ConfigMap a/cfg: create /p: 503"),
     (0, True, ServerUnavailable, "create ConfigMap a/cfg: create /p: 0"),
     (403, True, TerminalError, "create ConfigMap a/cfg forbidden: message"),
@@ -65,6 +66,7 @@ def test_a_failed_write_raises_what_the_controller_needs(
     r, recorder = replicator(mocker, status, watching)
     with pytest.raises(raised) as err:
         r.reconcile(target_key(CONFIGMAP, "a", "cfg"))
+    assert type(err.value) is raised
     assert said in str(err.value)
     assert recorder.warning.called is (raised is TerminalError), "only terminal ones are told"
     if raised is TerminalError:

@@ -14,8 +14,14 @@ import pytest
 from configmirror.clock import FakeClock
 from configmirror.controller import Controller
 from configmirror.metrics import Metrics
-from configmirror.reconcile import Result, RetryableError, ServerUnavailable, TerminalError
-from configmirror.servergate import RETRY_AFTER_FLOOR, ServerBackoff, ServerGate
+from configmirror.reconcile import (
+    CacheBehind,
+    Result,
+    RetryableError,
+    ServerUnavailable,
+    TerminalError,
+)
+from configmirror.servergate import CACHE_WAIT_MIN, RETRY_AFTER_FLOOR, ServerBackoff, ServerGate
 from configmirror.workqueue import WorkQueue
 from configmirror_testing.wait import wait_for
 from tests.unit.test_controller import sample
@@ -336,3 +342,73 @@ def test_a_retry_after_in_an_outage_neither_releases_nor_joins_the_waiting_keys(
         assert gate.in_outage() and gate.waiting() == 1, "b joined no outage"
     finally:
         controller.stop(drain_timeout=5)
+
+
+# -- a cache behind its server (issue 42) --------------------------------------------------------
+
+
+def test_a_key_whose_cache_is_behind_is_never_the_probe_and_holds_no_key_back() -> None:
+    """After an outage, the first key to fail is the one whose write was in flight: the server
+    applied it and its answer was lost, so until the watch is back it conflicts with itself.
+    The keys that met the outage with it are released by the first answer, that conflict."""
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(max_retries=2, clock=clock)
+    attempts: list[str] = []
+    down, watching = threading.Event(), threading.Event()
+    down.set()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if down.is_set():
+            raise ServerUnavailable("connection refused")
+        if key == "lost" and not watching.is_set():
+            raise CacheBehind("409 Conflict (the cache is behind until the watch reconnects)")
+        return Result(changed=key != "lost")
+
+    metrics = Metrics()
+    controller, gate = gated(queue, reconcile, 1, clock, FixedBackoff(30.0), metrics)
+    controller.start()
+    try:
+        for key in ("lost", "a", "b"):
+            queue.add(key)
+        wait_for(lambda: gate.waiting() == 3 and len(attempts) == 3, what="all three to wait")
+        down.clear()
+        clock.step(30.0)  # the probe, "lost", tries again: the server answers, a conflict
+        wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
+                 what="the conflict, an answer, to release the others at once")
+        assert not gate.in_outage() and gate.waiting() == 0
+        for attempt, delay in enumerate((CACHE_WAIT_MIN, 2 * CACHE_WAIT_MIN), start=3):
+            wait_for(lambda attempt=attempt, delay=delay: attempts.count("lost") == attempt - 1
+                     and clock.wake_times() == [clock.now() + delay],
+                     what=f"'lost' alone to wait {delay} s for the watch")
+            clock.step(delay)
+        wait_for(lambda: attempts.count("lost") == 4, what="its third try since")
+        assert not gate.in_outage(), "a cache behind is no outage"
+        watching.set()
+        clock.step(4 * CACHE_WAIT_MIN)
+        wait_for(lambda: queue.counts() == (0, 0, 0) and attempts.count("lost") == 5,
+                 what="'lost' to find it in sync once the watch is back")
+        assert sample(metrics, "configmirror_reconcile_given_up_total") == 0
+        assert sample(metrics, "controller_runtime_reconcile_errors_total") == 0
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_a_cache_behind_waits_a_quarter_second_doubling_to_30_s_per_key_and_starts_afresh(
+        ) -> None:
+    clock = FakeClock()
+    behind = {"x": 9, "y": 1}
+
+    def reconcile(key: str) -> Result:
+        if behind[key] > 0:
+            behind[key] -= 1
+            raise CacheBehind("409")
+        return Result()
+
+    gate = ServerGate("test", reconcile, lambda key: None, clock)
+    waits = [gate.reconcile("x").requeue_after for _ in range(9)]
+    assert waits == [0.25, 0.5, 1, 2, 4, 8, 16, 30, 30]
+    assert gate.reconcile("y").requeue_after == 0.25, "each key's own"
+    assert gate.reconcile("x").requeue_after is None
+    behind["x"] = 1
+    assert gate.reconcile("x").requeue_after == 0.25, "caught up: the next wait is the first"
