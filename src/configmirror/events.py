@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from configmirror.clock import Clock, RealClock
 from configmirror.kube import EVENTS, ApiError, Failure, Kube
-from configmirror.outage import Outage, no_answer
+from configmirror.outage import Outage, no_answer, served
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE = 1024
@@ -299,8 +299,8 @@ class EventRecorder:
             return True
         except ApiError as err:
             self._unanswered = no_answer(err)
-            if not self._unanswered and self._outage is not None:
-                self._outage.answered()  # refused or throttled, but answered
+            if served(err) and self._outage is not None:
+                self._outage.answered()  # not written, but the server serves
             if not self._failing:
                 log.warning("cannot record Event %s on %s/%s: %s (further failures are "
                             "logged at debug level)", event.reason, ref.namespace, ref.name, err)

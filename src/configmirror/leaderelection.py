@@ -25,7 +25,7 @@ from typing import Any
 
 from configmirror.clock import Clock, RealClock
 from configmirror.kube import ApiError, Kube
-from configmirror.outage import Outage, no_answer
+from configmirror.outage import Outage, no_answer, served
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 5.0       # one lease request
@@ -216,8 +216,8 @@ class LeaderElector:
 
     def _failed(self, err: ApiError) -> bool:
         self._unanswered = no_answer(err)
-        if not self._unanswered and self._outage is not None:
-            self._outage.answered()  # refused, or a conflict: answered all the same
+        if served(err) and self._outage is not None:
+            self._outage.answered()  # a conflict, say: the server serves
         message = str(err)
         if err.status != 409 and message != self._last_error:  # 409: lost a race, normal
             log.warning("leader election: %s", message)

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 
 from configmirror.clock import Clock, RealClock
-from configmirror.kube import ApiError, Failure, Kube
+from configmirror.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL = 0.5  # seconds between two probes of an outage (jittered by up to a tenth)
@@ -35,16 +35,25 @@ def no_answer(err: BaseException) -> bool:
     return not isinstance(err, ApiError) or err.status == 0
 
 
+def served(err: BaseException) -> bool:
+    """Whether a failed request was served all the same: the server authorized it and said
+    why not (400, 404, 409, 422: its state is ours to act on), which ends an outage. No answer,
+    429, 5xx and refusals (401, 403) do not: a server just back refuses what its RBAC allows
+    until its authorizer has read it back."""
+    return isinstance(err, ApiError) and 400 <= err.status < 500 and \
+        err.status not in (401, 403, 429)
+
+
 def readyz(kube: Kube) -> Callable[[], bool]:
-    """A probe: whether the API server answers /readyz. 200 is an answer; so is any refusal
-    (401, 403: a cluster that does not let us read it answers all the same); no answer, 429
-    and 5xx (not ready yet) are not."""
+    """A probe: whether the API server says it is ready (/readyz 200, which every client may
+    read: system:public-info-viewer). Anything else is not yet: a cluster that refuses it to
+    us leaves the outage to end by the other parts' answers."""
 
     def probe() -> bool:
         try:
             kube.request("get", "/readyz", timeout=PROBE_TIMEOUT)
-        except ApiError as err:
-            return err.failure is not Failure.UNAVAILABLE
+        except ApiError:
+            return False
         return True
 
     return probe

@@ -40,6 +40,12 @@ class TerminalError(ReconcileError):
     until something changes."""
 
 
+class Forbidden(TerminalError):
+    """The server refused us (401, 403). Terminal, but for one case: an API server that has
+    just come back answers before its authorizer has read the RBAC objects back, and refuses
+    what they allow for a moment; met during an outage, the key waits with the others."""
+
+
 class ServerUnavailable(ReconcileError):
     """The API server did not answer, or asked us to slow down. Not the object's fault: it
     never counts toward giving up; the work waits until the server answers."""

@@ -67,6 +67,7 @@ from configmirror.plan import (
 )
 from configmirror.reconcile import (
     CacheBehind,
+    Forbidden,
     ReconcileError,
     Result,
     RetryableError,
@@ -525,13 +526,15 @@ class Replicator:
             # It became Terminating after the cache said otherwise: its objects go with it.
             log.info("%s skipped: namespace is terminating", where)
             return None
+        refused = err.status in (401, 403)
         if err.status == 403:
             message = f"{where} forbidden: {err.message}"
         else:
             message = f"{where} rejected by the API server: {err.message}"
         if owner is not None:
             self._recorder.warning(owner, "ReplicationFailed", message)
-        return TerminalError(message)
+        # A refusal is the permission's fault, except from a server just back (servergate).
+        return Forbidden(message) if refused else TerminalError(message)
 
 
 

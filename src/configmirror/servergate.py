@@ -17,6 +17,12 @@ done nothing wrong, so its key must not spend its retries. `ServerGate` wraps a 
   answered: that ends an outage, and the key alone is tried again after 0.25 s doubling to
   30 s, until the watch is back. It is never the probe: it cannot succeed before the watch
   does, and a probe that cannot succeed would hold every other key back with it (issue 42).
+- A refusal (`Forbidden`: 401, 403) met while keys wait, or while the operator's outage goes
+  on, is held like no answer: a kube-apiserver that has just started answers before its
+  authorizer has read the RBAC objects back, and for a moment refuses what they allow (seen
+  on 1.36: the first writes after a restart, a second before /readyz says ready). Forgotten
+  as terminal, such a key would keep its old content until the next resync (issue 42). A
+  refusal is no sign that the server serves, so it ends no outage; outside one it is terminal.
 
 To the controller a held key is an ordinary result (the probe a requeue-after, the others a
 success), so its handling stays controller-runtime's four cases.
@@ -32,7 +38,13 @@ from typing import Generic, TypeVar
 
 from configmirror.clock import Clock, RealClock
 from configmirror.outage import Outage
-from configmirror.reconcile import CacheBehind, ReconcileError, Result, ServerUnavailable
+from configmirror.reconcile import (
+    CacheBehind,
+    Forbidden,
+    ReconcileError,
+    Result,
+    ServerUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +116,13 @@ class ServerGate(Generic[K]):
                 # release of every waiting key at its first success, would ignore that.
                 return Result(requeue_after=max(err.retry_after, RETRY_AFTER_FLOOR))
             return self._hold(key, err)
+        except Forbidden as err:
+            self._caught_up(key)
+            if self.in_outage() or (self._outage is not None and self._outage.active()):
+                # A server just back refuses what its RBAC allows until its authorizer has
+                # read it back (issue 42): forgotten, the key would wait for a resync.
+                return self._hold(key, err)
+            raise
         except ReconcileError:
             self._caught_up(key)
             self.answered()  # these come from an answer, or from the cache
@@ -157,7 +176,7 @@ class ServerGate(Generic[K]):
             with self._lock:
                 self._behind.pop(key, None)
 
-    def _hold(self, key: K, err: ServerUnavailable) -> Result:
+    def _hold(self, key: K, err: ReconcileError) -> Result:
         with self._lock:
             self._waiting.add(key)
             if self._probe is not None and self._probe != key:

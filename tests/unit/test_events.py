@@ -313,7 +313,9 @@ def test_a_retry_begun_in_an_outage_ends_when_the_outage_does_and_starts_afresh(
         events.stop(timeout=5)
 
 
-def test_a_write_refused_or_throttled_is_an_answer_and_waits_on_its_own() -> None:
+@pytest.mark.parametrize(("status", "ends"), [(429, False), (403, False), (422, True)])
+def test_a_write_throttled_or_refused_waits_on_its_own_and_only_a_served_one_ends_an_outage(
+        status: int, ends: bool) -> None:
     server, clock = EventServer(), FakeClock()
     outage = Outage(clock=clock)
     events = EventRecorder(server, instance="test", clock=clock,  # type: ignore[arg-type]
@@ -321,18 +323,20 @@ def test_a_write_refused_or_throttled_is_an_answer_and_waits_on_its_own() -> Non
     events.start()
     try:
         outage.failed()  # an informer met an outage
-        server.failures.append(ApiError(429, "TooManyRequests", "slow down", "create", "/e"))
+        server.failures.append(ApiError(status, "Reason", "no", "create", "/e"))
         events.warning(A, "InvalidSpec", "bad")
-        wait_for(lambda: clock.wake_times() == [clock.now() + RETRY_MIN], what="the wait")
-        assert not outage.active(), "a 429 is the server answering: the outage is over"
-        outage.failed()
-        outage.answered()
-        assert clock.wake_times() == [clock.now() + RETRY_MIN], "throttled: its own pace"
-        clock.step(RETRY_MIN)
-        wait_for(lambda: events.pending() == 0, what="the Event")
+        wait_for(lambda: len(server.written()) == 1 and (
+            events.pending() == 0 if status != 429 else
+            clock.wake_times() == [clock.now() + RETRY_MIN]), what="the answer handled")
+        assert outage.active() is not ends
+        if status == 429:
+            outage.answered()
+            assert clock.wake_times() == [clock.now() + RETRY_MIN], "throttled: its own pace"
         outage.failed()
         events.warning(B, "InvalidSpec", "bad")
-        wait_for(lambda: not outage.active(), what="a written Event to end the outage")
+        clock.step(RETRY_MIN)
+        wait_for(lambda: not outage.active() and events.pending() == 0,
+                 what="a written Event to end the outage")
     finally:
         events.stop(timeout=5)
 

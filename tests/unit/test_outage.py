@@ -13,7 +13,14 @@ import pytest
 
 from configmirror.clock import FakeClock
 from configmirror.kube import ApiError
-from configmirror.outage import PROBE_INTERVAL, PROBE_TIMEOUT, Outage, no_answer, readyz
+from configmirror.outage import (
+    PROBE_INTERVAL,
+    PROBE_TIMEOUT,
+    Outage,
+    no_answer,
+    readyz,
+    served,
+)
 from configmirror_testing.wait import wait_for
 
 
@@ -210,10 +217,10 @@ def error(status: int) -> ApiError:
 
 
 @pytest.mark.parametrize(("failure", "answers"), [
-    (None, True), (error(403), True), (error(401), True),
+    (None, True), (error(403), False), (error(401), False),
     (error(0), False), (error(429), False), (error(500), False), (error(503), False)])
-def test_readyz_answers_unless_no_answer_a_429_or_a_5xx(failure: ApiError | None,
-                                                         answers: bool) -> None:
+def test_readyz_ends_an_outage_only_when_it_says_ready(failure: ApiError | None,
+                                                       answers: bool) -> None:
     server = ReadyzServer(failure)
     probe: Callable[[], bool] = readyz(server)  # type: ignore[arg-type]
     assert probe() is answers
@@ -226,3 +233,13 @@ def test_readyz_answers_unless_no_answer_a_429_or_a_5xx(failure: ApiError | None
 def test_only_a_request_with_no_answer_at_all_begins_an_outage(err: Exception,
                                                                 unanswered: bool) -> None:
     assert no_answer(err) is unanswered
+
+
+@pytest.mark.parametrize(("err", "serves"), [
+    (error(400), True), (error(404), True), (error(409), True), (error(410), True),
+    (error(422), True), (error(401), False), (error(403), False), (error(429), False),
+    (error(499), True), (error(500), False), (error(0), False), (OSError("reset"), False)])
+def test_an_answer_ends_an_outage_only_when_the_server_authorized_and_served_it(
+        err: Exception, serves: bool) -> None:
+    """A server just back refuses (401, 403) what its RBAC allows until it has read it back."""
+    assert served(err) is serves

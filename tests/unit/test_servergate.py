@@ -14,8 +14,10 @@ import pytest
 from configmirror.clock import FakeClock
 from configmirror.controller import Controller
 from configmirror.metrics import Metrics
+from configmirror.outage import Outage
 from configmirror.reconcile import (
     CacheBehind,
+    Forbidden,
     Result,
     RetryableError,
     ServerUnavailable,
@@ -412,3 +414,55 @@ def test_a_cache_behind_waits_a_quarter_second_doubling_to_30_s_per_key_and_star
     assert gate.reconcile("x").requeue_after is None
     behind["x"] = 1
     assert gate.reconcile("x").requeue_after == 0.25, "caught up: the next wait is the first"
+
+
+def test_a_refusal_met_while_keys_wait_for_the_server_waits_with_them_and_ends_nothing(
+        ) -> None:
+    """A kube-apiserver just back refuses what its RBAC allows for a moment (issue 42)."""
+    clock = FakeClock()
+    outage = Outage(clock=clock)
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    attempts: list[str] = []
+    state = {"server": "down"}
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if state["server"] == "down":
+            raise ServerUnavailable("connection refused")
+        if state["server"] == "starting":
+            raise Forbidden(f"update ConfigMap {key}/cfg forbidden")
+        return Result(changed=True)
+
+    metrics = Metrics()
+    gate = ServerGate("test", reconcile, queue.add, clock, FixedBackoff(5.0), outage)
+    controller = Controller("test", queue, gate.reconcile, 1, metrics)
+    controller.start()
+    try:
+        outage.failed()  # the informers met the outage
+        for key in ("a", "b"):
+            queue.add(key)
+        wait_for(lambda: gate.waiting() == 2, what="both keys to wait")
+        state["server"] = "starting"
+        clock.step(5.0)  # the probe, "a", is refused
+        wait_for(lambda: attempts.count("a") == 2 and clock.wake_times() == [clock.now() + 5],
+                 what="the refused probe to wait on")
+        assert gate.waiting() == 2 and gate.in_outage() and outage.active(), \
+            "a refusal is no sign that the server serves: nothing released, nothing forgotten"
+        assert sample(metrics, "controller_runtime_terminal_reconcile_errors_total") == 0
+        state["server"] = "ready"
+        outage.answered()  # /readyz says ready
+        wait_for(lambda: attempts.count("b") == 2 and queue.counts() == (0, 0, 1),
+                 what="both keys written")
+        assert gate.waiting() == 0
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_a_refusal_outside_an_outage_is_terminal() -> None:
+    def refused(key: str) -> Result:
+        raise Forbidden("update ConfigMap a/cfg forbidden")
+
+    gate = ServerGate("test", refused, lambda key: None, FakeClock(), outage=Outage())
+    with pytest.raises(Forbidden):
+        gate.reconcile("a")
+    assert gate.waiting() == 0 and not gate.in_outage()
