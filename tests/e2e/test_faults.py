@@ -255,10 +255,14 @@ def test_a_source_made_invalid_while_the_apiserver_is_down_gets_its_event_within
     plane.stop_apiserver(kill=True)  # before the Replicated Event is due (2 s of quiet)
     try:
         wait_for(lambda: "cannot record Event Replicated" in operator.log(), timeout=30,
-                 what="the Event recorder to meet the outage (it backs off from here)")
+                 interval=0.02, what="the Event recorder to meet the outage")
+        failed = time.monotonic()
         source["metadata"]["annotations"][REPLICATE_TO_MATCHING] = "tier in (a"
         write_into_etcd(plane, source)
-        threading.Event().wait(10)  # the outage: the recorder's backoff grows past it
+        # The outage itself. The recorder tries again 0.5, 1.5, 3.5, 7.5, 15.5 and 31.5 s
+        # after its first failure: the server comes back in the longest gap, so a backoff
+        # begun in the outage would outlast it by 10 s (the restart takes a few seconds).
+        threading.Event().wait(max(failed + 16.0 - time.monotonic(), 0.0))
     finally:
         plane.start_apiserver()  # returns once /readyz answers: the server is back
     wait_for(lambda: events(cluster, src, "cfg", "InvalidSpec"), timeout=2, interval=0.05,
