@@ -58,6 +58,8 @@ TESTS: dict[str, list[str]] = {
                       "tests/unit/test_events.py", "tests/unit/test_plan_agrees_with_run.py",
                       "tests/e2e/test_expectations.py"],
     "servergate.py": ["tests/unit/test_servergate.py"],
+    "outage.py": ["tests/unit/test_outage.py", "tests/unit/test_events.py",
+                  "tests/unit/test_servergate.py"],
     "events.py": ["tests/unit/test_events.py", "tests/unit/test_replicator_errors.py"],
     "transport.py": ["tests/unit/test_transport.py", "tests/unit/test_kube.py"],
     "kube.py": ["tests/unit/test_kube.py", "tests/unit/test_transport.py"],
@@ -66,8 +68,8 @@ TESTS: dict[str, list[str]] = {
                   "tests/e2e/test_expectations.py"],
 }
 GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "clock.py", "routing.py",
-             "plan.py", "replicator.py", "servergate.py", "events.py", "transport.py", "kube.py",
-             "status.py", "caches.py")
+             "plan.py", "replicator.py", "servergate.py", "outage.py", "events.py",
+             "transport.py", "kube.py", "status.py", "caches.py")
 
 # One-line mutations asked for by name: (file, the line as it is, the line as mutated).
 NAMED: list[tuple[str, str, str]] = [

@@ -55,6 +55,7 @@ BOOKMARK_BOUND = BOOKMARK_PERIOD + 5.0  # 2.25 s of the server's own jitter, and
 SILENCE_CHECK = 30.0
 PROBE_GRACE = 5.0  # after a probe saw events, how long the watch has to deliver them too
 PROBE_READ_TIMEOUT = 10.0
+VERY_SHORT_WATCH = "VeryShortWatch"  # the reason of a watch that ended at once, eventless
 
 
 class WatchLiveness:
@@ -359,7 +360,7 @@ class Informer(Generic[T]):
                 self._stream = None
             stream.close()
         if events == 0 and self._clock.now() - started < 1.0 and not self._stopped.is_set():
-            raise ApiError(0, "VeryShortWatch", "watch closed at once with no events", "watch",
+            raise ApiError(0, VERY_SHORT_WATCH, "watch closed at once with no events", "watch",
                            self._path)
         self._count_watch_restart()
 
@@ -494,7 +495,9 @@ class Informer(Generic[T]):
             self._outage = message
         self._count_watch_restart()
         outage = self._outage_view
-        if outage is None or not no_answer(err):
+        # A watch the server ended at once answered: an outage's end says nothing about it.
+        answered = not no_answer(err) or getattr(err, "reason", "") == VERY_SHORT_WATCH
+        if outage is None or answered:
             self._stopped.wait(delay)  # the server answered (429, 5xx): its pace, not ours
         elif outage.wait(outage.failed(), delay, self._stopped.is_set):
             # The server answers again (whoever saw it first): watch now, and let the next
