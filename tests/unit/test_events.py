@@ -313,6 +313,19 @@ def test_a_retry_begun_in_an_outage_ends_when_the_outage_does_and_starts_afresh(
         events.stop(timeout=5)
 
 
+def test_stop_ends_a_retry_that_waits_for_the_outage_at_once() -> None:
+    server, clock = EventServer(), FakeClock()
+    outage = Outage(clock=clock)
+    events = EventRecorder(server, instance="test", clock=clock,  # type: ignore[arg-type]
+                           outage=outage)
+    events.start()
+    server.failures += [unavailable()]
+    events.warning(A, "InvalidSpec", "bad")
+    wait_for(lambda: clock.wake_times() == [clock.now() + RETRY_MIN], what="the retry waiting")
+    events.stop(timeout=5)  # the clock never moves: only stop() can end the wait
+    assert not any(t.name == "event-recorder" for t in threading.enumerate())
+
+
 @pytest.mark.parametrize(("status", "ends"), [(429, False), (403, False), (422, True)])
 def test_a_write_throttled_or_refused_waits_on_its_own_and_only_a_served_one_ends_an_outage(
         status: int, ends: bool) -> None:
