@@ -416,6 +416,22 @@ def test_a_cache_behind_waits_a_quarter_second_doubling_to_30_s_per_key_and_star
     assert gate.reconcile("x").requeue_after == 0.25, "caught up: the next wait is the first"
 
 
+@pytest.mark.parametrize("error", [Forbidden("403"), RetryableError("409"),
+                                   TerminalError("422")])
+def test_a_cache_behind_starts_afresh_after_any_other_failure(error: Exception) -> None:
+    outcomes: list[Exception] = [CacheBehind("409"), CacheBehind("409"), error,
+                                 CacheBehind("409")]
+
+    def reconcile(key: str) -> Result:
+        raise outcomes.pop(0)
+
+    gate = ServerGate("test", reconcile, lambda key: None, FakeClock())
+    assert [gate.reconcile("x").requeue_after for _ in range(2)] == [0.25, 0.5]
+    with pytest.raises(type(error)):
+        gate.reconcile("x")
+    assert gate.reconcile("x").requeue_after == 0.25
+
+
 def test_a_refusal_met_while_keys_wait_for_the_server_waits_with_them_and_ends_nothing(
         ) -> None:
     """A kube-apiserver just back refuses what its RBAC allows for a moment (issue 42)."""
@@ -456,6 +472,30 @@ def test_a_refusal_met_while_keys_wait_for_the_server_waits_with_them_and_ends_n
         assert gate.waiting() == 0
     finally:
         controller.stop(drain_timeout=5)
+
+
+def test_a_refusal_waits_while_keys_wait_for_the_server_even_with_no_outage_view() -> None:
+    outcomes: list[Exception] = [ServerUnavailable("refused"), Forbidden("403")]
+
+    def reconcile(key: str) -> Result:
+        raise outcomes.pop(0)
+
+    gate = ServerGate("test", reconcile, lambda key: None, FakeClock(), FixedBackoff(5.0))
+    assert gate.reconcile("a").requeue_after == 5.0  # "a" probes
+    assert gate.reconcile("b").requeue_after is None, "refused while the probe is out: waits"
+    assert gate.waiting() == 2
+
+
+def test_a_refusal_waits_while_the_operator_is_in_an_outage_though_no_key_waits() -> None:
+    def refused(key: str) -> Result:
+        raise Forbidden("update ConfigMap a/cfg forbidden")
+
+    outage = Outage()
+    outage.failed()  # the informers met the outage; no key has yet
+    gate = ServerGate("test", refused, lambda key: None, FakeClock(), FixedBackoff(5.0),
+                      outage)
+    assert gate.reconcile("a").requeue_after == 5.0, "held, as the probe"
+    assert gate.waiting() == 1 and outage.active()
 
 
 def test_a_refusal_outside_an_outage_is_terminal() -> None:
