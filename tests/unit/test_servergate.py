@@ -506,3 +506,13 @@ def test_a_refusal_outside_an_outage_is_terminal() -> None:
     with pytest.raises(Forbidden):
         gate.reconcile("a")
     assert gate.waiting() == 0 and not gate.in_outage()
+
+
+def test_a_write_that_gets_through_ends_the_operators_outage_for_every_part() -> None:
+    outage = Outage()
+    mark = outage.failed()  # an informer, say, waits for the server
+    gate = ServerGate("test", lambda key: Result(changed=True), lambda key: None, FakeClock(),
+                      outage=outage)
+    gate.reconcile("a")
+    assert not outage.active()
+    assert outage.wait(mark, 0.0, lambda: False) is True, "the informer's wait ends"
