@@ -243,3 +243,10 @@ def test_an_answer_ends_an_outage_only_when_the_server_authorized_and_served_it(
         err: Exception, serves: bool) -> None:
     """A server just back refuses (401, 403) what its RBAC allows until it has read it back."""
     assert served(err) is serves
+
+
+def test_the_promise_rests_on_a_probe_every_half_second_that_gives_up_within_2_s() -> None:
+    """An outage's end is seen within about PROBE_INTERVAL (the InvalidSpec Event comes
+    within 2 s of the server's return: tests/e2e/test_faults.py), and one probe of a server
+    that does not answer may not hold the next one back past that promise."""
+    assert (PROBE_INTERVAL, PROBE_TIMEOUT) == (0.5, 2.0)
