@@ -2,7 +2,8 @@
 fare, and the rate an overloaded server allows, against the Go writer under the same limits.
 
     python bench/bench_faults.py [--namespaces 100] [--repeats 3] [--quiet-minutes 15]
-                                 [--storm-namespaces 1000]
+                                 [--storm-namespaces 1000] [--outage-namespaces 5000]
+                                 [--outage-runs 10] [--parts faults,quiet,overload,outage]
 
 1. Faults (configmirror_testing.faultproxy between the operator and the API server, the
    operator with default flags, one source replicated into --namespaces namespaces): for each
@@ -18,6 +19,14 @@ fare, and the rate an overloaded server allows, against the Go writer under the 
    (configmirror_testing.overload). The Go client-go writer writes the same --storm-namespaces
    bodies the operator writes, as the same ServiceAccount, before and after it; rates, 429s,
    and the operator's writes (goal: exactly one per replica, nothing given up).
+4. An API server outage mid fan-out (issue 42): one source replicated into
+   --outage-namespaces namespaces, converged; the source edited, and 0.3 s later the API
+   server killed (SIGKILL) for 8 s and started again on the same port (etcd keeps running);
+   --outage-runs times with one operator (default flags but --kube-api-qps 0, as every
+   benchmark). For each run: the seconds from the server's return (its /readyz answers) to
+   the last replica holding the new content (goal: 30 s, DESIGN.md section 5), and to the
+   `Replicated` Event that counts the edit's updates (written once the source is quiet for
+   2 s, so at best 2 s after the last replica); replicas still stale after 120 s are named.
 """
 
 from __future__ import annotations
@@ -27,9 +36,11 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from configmirror.kube import ApiError, Kube
 from configmirror.spec import REPLICATE_TO
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.faultproxy import FaultProxy
@@ -37,6 +48,7 @@ from configmirror_testing.objects import service_account_token, token_kubeconfig
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.overload import SMALL_SERVER_FLAGS, Throttle
 from harness import (
+    OPERATOR_FLAGS,
     REPO,
     RESULTS,
     BenchCluster,
@@ -59,7 +71,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quiet-minutes", type=float, default=15.0)
     parser.add_argument("--storm-namespaces", type=int, default=1000)
-    parser.add_argument("--parts", default="faults,quiet,overload",
+    parser.add_argument("--outage-namespaces", type=int, default=5000)
+    parser.add_argument("--outage-runs", type=int, default=10)
+    parser.add_argument("--parts", default="faults,quiet,overload,outage",
                         help="which parts to run (comma-separated)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -71,6 +85,8 @@ def main() -> None:
         result["quiet"] = quiet(args.quiet_minutes)
     if "overload" in parts:
         result["overload"] = overload(args.storm_namespaces)
+    if "outage" in parts:
+        result["outage"] = outage(args.outage_namespaces, args.outage_runs)
     result["load_after"] = load_average()
     print(f"  at the end: {load_average()}")
     save("faults", result)
@@ -354,6 +370,188 @@ def settle() -> None:
     Fairness doubles it (up to 32 s) while a level drops 3 requests a second for as many
     seconds, and lowers it by one for each quieter second (dropped_requests_tracker.go)."""
     time.sleep(40)  # the server's own decay, with nothing to poll for it
+
+
+# -- 4. the API server killed mid fan-out --------------------------------------------------------
+
+OUTAGE_AFTER_EDIT = 0.3  # seconds from the edit to the kill (issue 42's run)
+OUTAGE_SECONDS = 8.0
+STALE_AFTER = 120.0  # a replica stale this long after the return is reported by name
+
+
+def outage(namespaces: int, runs: int) -> dict[str, Any]:
+    cluster = BenchCluster(None)
+    assert cluster.plane is not None
+    plane = cluster.plane
+    operator: OperatorProcess | None = None
+    out: dict[str, Any] = {"namespaces": namespaces, "runs": []}
+    try:
+        source_ns = cluster.namespaces("outage-src", 1)[0]
+        cluster.namespaces("outage", namespaces)
+        operator = OperatorProcess(cluster.kubeconfig, fresh_log("operator-outage.log"),
+                                   *OPERATOR_FLAGS)
+        operator.wait_ready(120)
+        source = f"/api/v1/namespaces/{source_ns}/configmaps"
+        cluster.kube.request("create", source, body={
+            "metadata": {"name": SOURCE, "annotations": {REPLICATE_TO: "outage-*"}},
+            "data": {"v": "0"}})
+        replicas = Replicas(cluster.kube, SOURCE, "outage-")
+        wait(lambda: replicas.holding("0") == namespaces, 600, "the first replicas",
+             interval=1.0)
+        print(f"\n4. the API server killed {OUTAGE_AFTER_EDIT} s after an edit, for "
+              f"{OUTAGE_SECONDS:g} s, then started again (etcd kept); 1 source x {namespaces} "
+              f"namespaces; seconds from its return (/readyz) to the last replica with the "
+              f"new content, and to the Replicated Event of the edit")
+        for run in range(1, runs + 1):
+            operator.wait_idle(300)
+            version = str(run)
+            known = {e["metadata"]["name"]: e.get("count", 1)
+                     for e in events_of(cluster.kube, source_ns)}
+            updates = operator.metric("configmirror_replica_writes_total", action="update")
+            cluster.kube.request("patch", f"{source}/{SOURCE}", body={"data": {"v": version}},
+                                 content_type="application/merge-patch+json")
+            time.sleep(OUTAGE_AFTER_EDIT)  # the moment of the kill is the scenario itself
+            plane.stop_apiserver(kill=True)
+            # Read with the server down, so no update can land after it: all done before.
+            before = operator.metric("configmirror_replica_writes_total",
+                                     action="update") - updates
+            time.sleep(OUTAGE_SECONDS)  # the outage's length, likewise
+            plane.start_apiserver()  # returns once /readyz answers
+            back, back_epoch = time.monotonic(), time.time()
+            last, event, stale = converged(replicas, cluster.kube, source_ns, known, version,
+                                           namespaces, back)
+            scrape = operator.scrape()
+            writes = audit_after(plane.audit_log, back_epoch)
+            record = {"run": run, "last_replica": last, "event": event,
+                      "written_before_kill": before, "stale": stale[:20],
+                      "stale_count": len(stale), **writes,
+                      "given_up": scrape.value("configmirror_reconcile_given_up_total"),
+                      "waiting_for_server": scrape.value("configmirror_work_pending",
+                                                         state="waiting_for_server")}
+            out["runs"].append(record)
+            print(f"  run {run:2d}: last replica "
+                  + (f"{last:5.1f} s" if last is not None else
+                     f"STALE: {len(stale)} after {STALE_AFTER:.0f} s, e.g. {stale[:5]}")
+                  + " after the return; Replicated Event "
+                  + (f"{event:5.1f} s" if event is not None else "missing")
+                  + f"; {before:.0f} updates before the kill; after the return (audit log): "
+                    f"{writes['updates']} updates by {writes['codes']}, the last answered at "
+                    f"{writes['last_update']:.1f} s ({', '.join(writes['last_namespaces'])}); "
+                    f"given up so far {record['given_up']:.0f}", flush=True)
+            if stale:
+                break  # the operator's log and the audit log of this run are the evidence
+        done = [r["last_replica"] for r in out["runs"] if r["last_replica"] is not None]
+        events = [r["event"] for r in out["runs"] if r["event"] is not None]
+        if done:
+            print(f"  last replica after the return: median {statistics.median(done):.1f} s, "
+                  f"worst {max(done):.1f} s; {len(done)} of {len(out['runs'])} runs within "
+                  f"{STALE_AFTER:.0f} s, {sum(d <= 30 for d in done)} within 30 s (goal: all)")
+        if events:
+            print(f"  Replicated Event after the return: median {statistics.median(events):.1f}"
+                  f" s, worst {max(events):.1f} s")
+        assert operator.stop() == 0
+    finally:
+        if operator is not None and operator.proc.poll() is None:
+            operator.stop()
+        cluster.close()
+    return out
+
+
+class Replicas:
+    """Lists the replicas of one source (by the admin, not through the operator)."""
+
+    def __init__(self, kube: Kube, name: str, prefix: str) -> None:
+        self.kube = kube
+        self.name = name
+        self.prefix = prefix
+
+    def versions(self) -> dict[str, str]:
+        body = self.kube.request("list", "/api/v1/configmaps", {
+            "labelSelector": "configmirror.io/replica=true",
+            "fieldSelector": f"metadata.name={self.name}"}, timeout=60)
+        return {item["metadata"]["namespace"]: (item.get("data") or {}).get("v", "")
+                for item in body.get("items") or ()
+                if item["metadata"]["namespace"].startswith(self.prefix)}
+
+    def holding(self, version: str) -> int:
+        try:
+            return sum(v == version for v in self.versions().values())
+        except ApiError:
+            return 0
+
+    def stale(self, version: str, count: int) -> list[str]:
+        """The namespaces whose replica does not hold `version` (all but `count` missing)."""
+        try:
+            versions = self.versions()
+        except ApiError:
+            return ["(the list failed)"]
+        stale = sorted(ns for ns, v in versions.items() if v != version)
+        return stale + ["(missing)"] * max(count - len(versions), 0)
+
+
+def converged(replicas: Replicas, kube: Kube, namespace: str, known: dict[str, int],
+              version: str, count: int, since: float
+              ) -> tuple[float | None, float | None, list[str]]:
+    """Polls until `count` replicas hold `version` and a `Replicated` Event in `namespace`
+    counts updates and is not among `known` (name -> count, read before the edit), or
+    STALE_AFTER seconds from `since` (time.monotonic()). Returns the seconds from `since` to
+    each (None: not in time) and the namespaces whose replica is stale then."""
+    last: float | None = None
+    event: float | None = None
+    stale: list[str] = ["(not listed yet)"]
+    while time.monotonic() < since + STALE_AFTER and (last is None or event is None):
+        if last is None:
+            stale = replicas.stale(version, count)
+            if not stale:
+                last = time.monotonic() - since
+        if event is None and any(
+                e.get("reason") == "Replicated" and "updated 0" not in e.get("message", "")
+                and e.get("count", 1) != known.get(e["metadata"]["name"])
+                for e in events_of(kube, namespace)):
+            event = time.monotonic() - since
+        time.sleep(0.1)  # the resolution of both figures, beside a list of thousands
+    return last, event, [] if last is not None else stale
+
+
+def audit_after(log: Path, since: float) -> dict[str, Any]:
+    """The operator's replica updates received by the server after `since` (epoch seconds):
+    how many, by status code, when the last was answered (seconds after `since`), and the
+    namespaces of the last three."""
+    done: list[tuple[float, str, int]] = []
+    with open(log) as f:
+        for line in f:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            ref = entry.get("objectRef") or {}
+            if entry.get("verb") == "update" and ref.get("resource") == "configmaps" and \
+                    entry.get("userAgent", "").startswith("configmirror/") and \
+                    (received := epoch(entry.get("requestReceivedTimestamp", ""))) >= since:
+                done.append((epoch(entry.get("stageTimestamp", "")) or received,
+                             ref.get("namespace", ""),
+                             int((entry.get("responseStatus") or {}).get("code") or 0)))
+    done.sort()
+    codes: dict[int, int] = {}
+    for _, _, code in done:
+        codes[code] = codes.get(code, 0) + 1
+    return {"updates": len(done), "codes": codes,
+            "last_update": done[-1][0] - since if done else 0.0,
+            "last_namespaces": [ns for _, ns, _ in done[-3:]]}
+
+
+def epoch(stamp: str) -> float:
+    if not stamp:
+        return 0.0
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def events_of(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    try:
+        body = kube.request("list", f"/api/v1/namespaces/{namespace}/events", timeout=30)
+    except ApiError:
+        return []
+    return list(body.get("items") or ())
 
 
 if __name__ == "__main__":

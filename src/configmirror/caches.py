@@ -26,6 +26,7 @@ from configmirror.model import (
     object_indexers,
     object_transform,
 )
+from configmirror.outage import Outage
 from configmirror.settings import Settings
 from configmirror.spec import ReplicaRules, Scope
 from configmirror.store import Store, StoresByName
@@ -105,11 +106,12 @@ class ClusterCache:
                  on_object: ObjectHandler = _ignore, on_namespace: NamespaceHandler = _ignore,
                  metrics: Metrics | None = None, clock: Clock | None = None,
                  resync_period: float = 0.0,
-                 on_recovered: Callable[[], None] | None = None) -> None:
+                 on_recovered: Callable[[], None] | None = None,
+                 outage: Outage | None = None) -> None:
         self.namespaces: Store[Namespace] = Store()
         self.namespace_informer: Informer[Namespace] = Informer(
             kube, NAMESPACES, namespace_from_json, self.namespaces, on_namespace, "namespaces",
-            metrics, clock, on_recovered=on_recovered)
+            metrics, clock, on_recovered=on_recovered, outage=outage)
         self.kinds: dict[Kind, KindCache] = {}
         for replicated in kinds:
             kind = replicated.kind
@@ -123,7 +125,7 @@ class ClusterCache:
             informers = {name: Informer(
                 kube, kind.resource.collection(), object_transform(kind, rules), store,
                 handler, kind.plural + (f":{name}" if name else ""), metrics, clock,
-                resync_period=resync_period, on_recovered=on_recovered,
+                resync_period=resync_period, on_recovered=on_recovered, outage=outage,
                 query={"fieldSelector": f"metadata.name={name}"} if name else None)
                 for name, store in stores.items()}
             objects: ObjectCache = stores[""] if names == ("",) else StoresByName(stores)

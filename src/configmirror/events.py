@@ -5,7 +5,8 @@ of the recorder's own writes them. It aggregates (one Event per distinct object,
 and message; a repeat patches its count, as client-go's EventCorrelator does), tallies (counts
 that many reconciles add to, written as one Event once the object has been quiet for a moment:
 one `Replicated` per source change, not one per replica), retries while the server does not
-answer, and drops an Event only when its queue is full (counted, logged once).
+answer (until the operator's `outage.Outage` ends, not the whole backoff), and drops an Event
+only when its queue is full (counted, logged once).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from configmirror.clock import Clock, RealClock
 from configmirror.kube import ApiError, Failure, Kube
+from configmirror.outage import Outage, no_answer, served
 from configmirror.vocabulary import EVENTS, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -112,8 +114,12 @@ class EventRecorder:
     def __init__(self, kube: Kube, component: str = "configmirror",
                  instance: str | None = None, max_queued: int = 1024,
                  max_remembered: int = 4096, clock: Clock | None = None,
-                 on_dropped: Callable[[], None] | None = None) -> None:
+                 on_dropped: Callable[[], None] | None = None,
+                 outage: Outage | None = None) -> None:
+        """`outage`: the operator's one view of whether the API server answers; a retry
+        waiting for it ends when it does (without one, each retry waits its whole delay)."""
         self._kube = kube
+        self._outage = outage
         self._component = component
         self._instance = instance or socket.gethostname()
         self._max_queued = max_queued
@@ -129,6 +135,7 @@ class EventRecorder:
         self._stopping = False
         self._dropping = False
         self._failing = False
+        self._unanswered = False  # the last write got no answer at all (an outage)
         self._thread: threading.Thread | None = None
 
     # -- what callers use (never blocks on the API) ----------------------------------------
@@ -163,6 +170,8 @@ class EventRecorder:
         with self._cond:
             self._stopping = True  # the writer flushes every tally and ends once it is empty
             self._cond.notify()
+        if self._outage is not None:
+            self._outage.interrupt()  # a retry waiting for the server ends now
         if self._thread is None:
             return
         self._thread.join(timeout)
@@ -214,17 +223,26 @@ class EventRecorder:
             if written:
                 delay = RETRY_MIN
                 continue
-            # The server does not answer: keep the Event first in line and wait a while. New
-            # Events wake the condition; they must not cut the wait short (a request per Event
-            # to a server that does not answer).
+            # The server does not answer: keep the Event first in line and wait a while.
             with self._cond:
                 if self._stopping:
                     return  # no server to flush to
                 self._queue.appendleft(event)
-                until = self._clock.now() + delay
-                while not self._stopping and self._clock.now() < until:
-                    self._clock.wait(self._cond, until, None)
-            delay = min(delay * 2, RETRY_MAX)
+            # The outage's end (whoever sees it) ends the wait: a fresh start, not the rest of
+            # a backoff begun while the server was away.
+            delay = RETRY_MIN if self._wait_out(delay) else min(delay * 2, RETRY_MAX)
+
+    def _wait_out(self, delay: float) -> bool:
+        """Wait `delay` before the next try, or until the outage this failure met ends
+        (True). New Events do not cut it short: a request per Event to a server that does
+        not answer."""
+        if self._outage is not None and self._unanswered:
+            return self._outage.wait(self._outage.failed(), delay, lambda: self._stopping)
+        with self._cond:
+            until = self._clock.now() + delay
+            while not self._stopping and self._clock.now() < until:
+                self._clock.wait(self._cond, until, None)
+        return False
 
     def _write(self, event: _Event) -> bool:
         """Write one Event; False when the server did not answer (worth another try)."""
@@ -241,7 +259,7 @@ class EventRecorder:
                                        content_type="application/merge-patch+json")
                     seen.count += 1
                     self._recorded.move_to_end(key)
-                    self._failing = False
+                    self._answered()
                     return True
                 except ApiError as err:
                     if err.failure is not Failure.NOT_FOUND:  # expired (TTL): write anew
@@ -251,9 +269,12 @@ class EventRecorder:
             self._recorded[key] = _Recorded(name, 1)
             while len(self._recorded) > self._max_remembered:
                 self._recorded.popitem(last=False)
-            self._failing = False
+            self._answered()
             return True
         except ApiError as err:
+            self._unanswered = no_answer(err)
+            if served(err) and self._outage is not None:
+                self._outage.answered()  # not written, but the server serves
             if not self._failing:
                 log.warning("cannot record Event %s on %s/%s: %s (further failures are "
                             "logged at debug level)", event.reason, ref.namespace, ref.name, err)
@@ -262,6 +283,11 @@ class EventRecorder:
                 log.debug("cannot record Event %s on %s/%s: %s", event.reason, ref.namespace,
                           ref.name, err)
             return err.failure is not Failure.UNAVAILABLE  # anything else: drop it
+
+    def _answered(self) -> None:
+        self._failing = self._unanswered = False
+        if self._outage is not None:
+            self._outage.answered()
 
     def _body(self, event: _Event, name: str, now: str) -> dict[str, Any]:
         ref = event.ref

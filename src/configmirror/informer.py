@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 from configmirror.clock import Clock, RealClock
 from configmirror.kube import ApiError, Kube, WatchSilent, WatchStream
 from configmirror.metrics import Metrics
+from configmirror.outage import Outage, no_answer
 from configmirror.store import Store
 
 T = TypeVar("T")
@@ -54,6 +55,7 @@ BOOKMARK_BOUND = BOOKMARK_PERIOD + 5.0  # 2.25 s of the server's own jitter, and
 SILENCE_CHECK = 30.0
 PROBE_GRACE = 5.0  # after a probe saw events, how long the watch has to deliver them too
 PROBE_READ_TIMEOUT = 10.0
+VERY_SHORT_WATCH = "VeryShortWatch"  # the reason of a watch that ended at once, eventless
 
 
 class WatchLiveness:
@@ -133,6 +135,12 @@ class Backoff:
         self._delay = min(self._delay * 2, self._cap)
         return delay * (1 + self._rng.random())
 
+    def reset(self) -> None:
+        """Start again from the initial delay (the server answered after an outage: its
+        failures say nothing about the next one)."""
+        self._delay = self._initial
+        self._last_failure = None
+
 
 class _Gone(Exception):
     """The resourceVersion we watch from has been compacted away: relist."""
@@ -147,8 +155,12 @@ class Informer(Generic[T]):
                  page_size: int = 500, min_watch_timeout: int = MIN_WATCH_TIMEOUT,
                  resync_period: float = 0.0,
                  on_recovered: Callable[[], None] | None = None,
-                 query: dict[str, str] | None = None) -> None:
+                 query: dict[str, str] | None = None, outage: Outage | None = None) -> None:
+        """`outage`: the operator's one view of whether the API server answers: a failure
+        with no answer is told to it, every list and watch that gets through too, and a
+        backoff begun in an outage ends with it."""
         self.name = name
+        self._outage_view = outage
         self.store = store
         self._kube = kube
         self._path = path
@@ -173,6 +185,7 @@ class Informer(Generic[T]):
         self._dispatcher: threading.Thread | None = None
         self._outage: str | None = None  # the error being retried, logged once
         self._failures = 0
+        self._backoff = Backoff(self._clock)  # the reader's, between failed attempts
         self.resource_version = ""
         self.last_event_at = time.time()
         if metrics is not None:
@@ -192,6 +205,8 @@ class Informer(Generic[T]):
     def stop(self, timeout: float = 10.0) -> None:
         """Stop watching, unblock a pending read, and join both threads."""
         self._stopped.set()
+        if self._outage_view is not None:
+            self._outage_view.interrupt()  # a backoff waiting for the server ends now
         with self._lock:
             streams = (self._stream, self._probe)
         for stream in streams:
@@ -245,7 +260,7 @@ class Informer(Generic[T]):
     # -- the loop -----------------------------------------------------------------------------
 
     def _run(self) -> None:
-        backoff = Backoff(self._clock)
+        backoff = self._backoff
         need_list = not self._synced.is_set()  # list_once() may have listed already
         while not self._stopped.is_set():
             try:
@@ -263,8 +278,8 @@ class Informer(Generic[T]):
                 if self._stopped.is_set():
                     break
                 # No answer or throttled: the server still has our version, so just re-watch.
-                no_answer = not isinstance(err, ApiError) or err.status in (0, 429)
-                need_list = need_list or not no_answer
+                resumable = not isinstance(err, ApiError) or err.status in (0, 429)
+                need_list = need_list or not resumable
                 told = err.retry_after if isinstance(err, ApiError) else None
                 self._failed(err, max(backoff.next(), told or 0.0))  # a Retry-After holds
             except Exception:  # a bug: log it whole, keep the informer alive
@@ -289,6 +304,8 @@ class Informer(Generic[T]):
             if not meta.get("continue"):
                 break
             query["continue"] = meta["continue"]
+        if self._outage_view is not None:
+            self._outage_view.answered()
         deleted, changed = self.store.replace(items)
         self.resource_version = str(meta.get("resourceVersion", ""))
         if self._metrics is not None:
@@ -343,7 +360,7 @@ class Informer(Generic[T]):
                 self._stream = None
             stream.close()
         if events == 0 and self._clock.now() - started < 1.0 and not self._stopped.is_set():
-            raise ApiError(0, "VeryShortWatch", "watch closed at once with no events", "watch",
+            raise ApiError(0, VERY_SHORT_WATCH, "watch closed at once with no events", "watch",
                            self._path)
         self._count_watch_restart()
 
@@ -477,9 +494,19 @@ class Informer(Generic[T]):
                         "recovers)", self.name, message)
             self._outage = message
         self._count_watch_restart()
-        self._stopped.wait(delay)
+        outage = self._outage_view
+        # A watch the server ended at once answered: an outage's end says nothing about it.
+        answered = not no_answer(err) or getattr(err, "reason", "") == VERY_SHORT_WATCH
+        if outage is None or answered:
+            self._stopped.wait(delay)  # the server answered (429, 5xx): its pace, not ours
+        elif outage.wait(outage.failed(), delay, self._stopped.is_set):
+            # The server answers again (whoever saw it first): watch now, and let the next
+            # failure back off from the start.
+            self._backoff.reset()
 
     def _recovered(self) -> None:
+        if self._outage_view is not None:
+            self._outage_view.answered()
         if self._outage is not None:
             log.info("informer %s: recovered after %d failed attempts", self.name,
                      self._failures)

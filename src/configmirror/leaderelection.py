@@ -25,6 +25,7 @@ from typing import Any
 
 from configmirror.clock import Clock, RealClock
 from configmirror.kube import ApiError, Kube
+from configmirror.outage import Outage, no_answer, served
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 5.0       # one lease request
@@ -42,7 +43,10 @@ class LeaderElector:
                  on_started_leading: Callable[[], None],
                  on_stopped_leading: Callable[[], None],
                  lease_duration: float = 15.0, renew_deadline: float = 10.0,
-                 retry_period: float = 2.0, clock: Clock | None = None) -> None:
+                 retry_period: float = 2.0, clock: Clock | None = None,
+                 outage: Outage | None = None) -> None:
+        """`outage`: the operator's one view of whether the API server answers: an attempt
+        that got no answer waits for the retry period or until the outage ends."""
         if not lease_duration > renew_deadline > retry_period > 0:
             raise ValueError("leader election needs lease_duration > renew_deadline > "
                              f"retry_period > 0, got {lease_duration}, {renew_deadline}, "
@@ -58,6 +62,8 @@ class LeaderElector:
         self._renew_deadline = renew_deadline
         self._retry_period = retry_period
         self._clock = clock or RealClock()
+        self._outage = outage
+        self._unanswered = False  # the last attempt got no answer at all
         self._stopped = threading.Event()
         self._leading = threading.Event()
         self._thread: threading.Thread | None = None
@@ -76,6 +82,8 @@ class LeaderElector:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop trying; if leading, release the lease so a standby takes over at once."""
         self._stopped.set()
+        if self._outage is not None:
+            self._outage.interrupt()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -111,10 +119,19 @@ class LeaderElector:
                     self._on_stopped()
                     return
                 wait = min(wait, max(left, 0.0)) if not ok else wait
-            self._stopped.wait(wait)
+            self._wait(wait)
         if self._leading.is_set():
             self._release()
             self._leading.clear()
+
+    def _wait(self, seconds: float) -> None:
+        """Wait until the next attempt; after one that got no answer, no longer than the
+        outage it met."""
+        outage = self._outage
+        if outage is None or not self._unanswered:
+            self._stopped.wait(seconds)
+            return
+        outage.wait(outage.failed(), seconds, self._stopped.is_set)
 
     def _attempt_timeout(self, now: float) -> float:
         """A request's timeout: REQUEST_TIMEOUT, and for a leader no more than the time left
@@ -126,12 +143,15 @@ class LeaderElector:
 
     def _try_acquire_or_renew(self, timeout: float) -> bool:
         """One get and one write of the lease, each within `timeout`."""
+        self._unanswered = False
         try:
             lease = self._kube.request("get", f"{self._path}/{self._name}", timeout=timeout)
         except ApiError as err:
             if err.status != 404:
                 return self._failed(err)
             return self._create(timeout)
+        if self._outage is not None:
+            self._outage.answered()
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or ""
         record = (holder, str(spec.get("renewTime", "")))
@@ -195,6 +215,9 @@ class LeaderElector:
                         err)
 
     def _failed(self, err: ApiError) -> bool:
+        self._unanswered = no_answer(err)
+        if served(err) and self._outage is not None:
+            self._outage.answered()  # a conflict, say: the server serves
         message = str(err)
         if err.status != 409 and message != self._last_error:  # 409: lost a race, normal
             log.warning("leader election: %s", message)

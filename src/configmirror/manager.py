@@ -30,6 +30,7 @@ from configmirror.leaderelection import LeaderElector
 from configmirror.memory import Memory
 from configmirror.metrics import Metrics
 from configmirror.model import CachedObject, Key, Namespace
+from configmirror.outage import Outage, readyz
 from configmirror.policy import Publisher, home
 from configmirror.ratelimit import default_controller_rate_limiter
 from configmirror.reconcile import Result
@@ -59,12 +60,15 @@ class Manager:
             max_retries=settings.max_retries,
             rate_limiter=default_controller_rate_limiter(self._clock),
             clock=self._clock, metrics=self.metrics.queue("configmirror"))
-        self.recorder = EventRecorder(kube, on_dropped=self.metrics.events_dropped.inc)
+        # Whether the API server answers, as every part that waits for it sees it.
+        self.outage = Outage(readyz(kube), self._clock)
+        self.recorder = EventRecorder(kube, on_dropped=self.metrics.events_dropped.inc,
+                                      outage=self.outage)
         self.cache = ClusterCache(
             kube, replicated_kinds(settings),
             ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations),
             self._on_object, self._on_namespace, self.metrics, self._clock,
-            settings.resync_period, self._server_answered)
+            settings.resync_period, self._server_answered, outage=self.outage)
         self.informers = self.cache.informers
         served = frozenset(kind.name for kind in self.cache.kinds)
         self.replicators: dict[Kind, Replicator] = {
@@ -80,7 +84,8 @@ class Manager:
             lambda: sum(r.pending_removals() for r in self.replicators.values()))
         # Keys that meet an API server that does not answer wait for it, uncounted.
         self.gate: ServerGate[Key] = ServerGate("configmirror", self._reconcile,
-                                                self.queue.add, self._clock)
+                                                self.queue.add, self._clock,
+                                                outage=self.outage)
         self.controller: Controller[Key] = Controller(
             "configmirror", self.queue, self.gate.reconcile, settings.workers, self.metrics,
             self.recorder)
@@ -99,7 +104,7 @@ class Manager:
             self.elector = LeaderElector(
                 kube, settings.leader_election_namespace, settings.leader_election_id,
                 identity=identity, on_started_leading=lambda: self.metrics.leader.set(1),
-                on_stopped_leading=self._lost_leadership)
+                on_stopped_leading=self._lost_leadership, outage=self.outage)
         # What the leader decides with, for plan, status and wait (not in a dry run: it acts
         # on nothing, so its policy is in force nowhere).
         self.publisher: Publisher | None = None
@@ -158,6 +163,7 @@ class Manager:
         """Run until `stop` is set (or leadership is lost). Returns the exit code."""
         try:
             self._start_http()
+            self.outage.start()
             for informer in self.informers:
                 informer.start()
             if not self._wait(lambda: all(i.has_synced() for i in self.informers), stop,
@@ -203,6 +209,7 @@ class Manager:
         for informer in self.informers:
             informer.stop()
         self.recorder.stop()
+        self.outage.stop()
         for server in self._servers:
             server.stop()
         self.kube.close()

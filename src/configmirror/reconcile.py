@@ -40,6 +40,12 @@ class TerminalError(ReconcileError):
     until something changes."""
 
 
+class Forbidden(TerminalError):
+    """The server refused us (401, 403). Terminal, but for one case: an API server that has
+    just come back answers before its authorizer has read the RBAC objects back, and refuses
+    what they allow for a moment; met during an outage, the key waits with the others."""
+
+
 class ServerUnavailable(ReconcileError):
     """The API server did not answer, or asked us to slow down. Not the object's fault: it
     never counts toward giving up; the work waits until the server answers."""
@@ -48,3 +54,11 @@ class ServerUnavailable(ReconcileError):
                  retry_after: float | None = None) -> None:
         super().__init__(message, subject)
         self.retry_after = retry_after
+
+
+class CacheBehind(ServerUnavailable):
+    """The server answered, with a conflict (or a 404) that the cache cannot explain yet: its
+    watch is down (an outage, or the relist after one), so the object's newer version, often
+    our own write whose answer the outage cut off, is not in it. Not the object's fault, and
+    no sign of an outage: the key alone is tried again, after a short wait that grows, until
+    the watch is back; it never holds other keys back nor waits for them."""

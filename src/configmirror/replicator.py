@@ -62,6 +62,8 @@ from configmirror.plan import (
     unserved_pulls,
 )
 from configmirror.reconcile import (
+    CacheBehind,
+    Forbidden,
     ReconcileError,
     Result,
     RetryableError,
@@ -408,9 +410,11 @@ class Replicator:
             stale = f"{where}: {err}"
             if not self._watching(f"{action.namespace}/{action.name}"):
                 # The watch is down (an outage, or its backoff after one): the cache cannot
-                # catch up until it is back, so this waits with the outage, uncounted.
-                return ServerUnavailable(f"{stale} (the cache is behind until the watch "
-                                         f"reconnects)", owner)
+                # catch up until it is back, so this waits for the watch, uncounted. Not for
+                # the server: it answered (issue 42: as an outage's probe, such a key could not
+                # succeed before the watch was back, and held every other key back with it).
+                return CacheBehind(f"{stale} (the cache is behind until the watch "
+                                   f"reconnects)", owner)
             # Our view was stale (edited, created or deleted by someone else): the watch
             # brings the new state, and the retry plans from it.
             return RetryableError(stale, owner)
@@ -418,13 +422,15 @@ class Replicator:
             # It became Terminating after the cache said otherwise: its objects go with it.
             log.info("%s skipped: namespace is terminating", where)
             return None
+        refused = err.status in (401, 403)
         if err.status == 403:
             message = f"{where} forbidden: {err.message}"
         else:
             message = f"{where} rejected by the API server: {err.message}"
         if owner is not None:
             self._recorder.warning(owner, "ReplicationFailed", message)
-        return TerminalError(message)
+        # A refusal is the permission's fault, except from a server just back (servergate).
+        return Forbidden(message) if refused else TerminalError(message)
 
 
 

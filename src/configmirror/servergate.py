@@ -9,8 +9,20 @@ done nothing wrong, so its key must not spend its retries. `ServerGate` wraps a 
   waiting keys and no log lines: a storm of 429s paces each key by the server's word.
 - A server that does not answer holds such keys back: one of them, the probe, is tried again
   with backoff capped at 30 s; the others wait, out of the queue. The first sign that the
-  server answers (a write, any API answer, an informer that reconnects) puts every waiting
-  key back in the queue at once, so an outage of seconds delays replicas by seconds.
+  server answers (a write, any API answer, an informer that reconnects, the operator's
+  `outage.Outage` ending) puts every waiting key back in the queue at once, so an outage of
+  seconds delays replicas by seconds.
+- A server that answered with a conflict the cache cannot explain yet (`CacheBehind`: its
+  watch is down, so our own write whose answer an outage cut off looks like someone else's)
+  answered: that ends an outage, and the key alone is tried again after 0.25 s doubling to
+  30 s, until the watch is back. It is never the probe: it cannot succeed before the watch
+  does, and a probe that cannot succeed would hold every other key back with it (issue 42).
+- A refusal (`Forbidden`: 401, 403) met while keys wait, or while the operator's outage goes
+  on, is held like no answer: a kube-apiserver that has just started answers before its
+  authorizer has read the RBAC objects back, and for a moment refuses what they allow (seen
+  on 1.36: the first writes after a restart, a second before /readyz says ready). Forgotten
+  as terminal, such a key would keep its old content until the next resync (issue 42). A
+  refusal is no sign that the server serves, so it ends no outage; outside one it is terminal.
 
 To the controller a held key is an ordinary result (the probe a requeue-after, the others a
 success), so its handling stays controller-runtime's four cases.
@@ -25,12 +37,20 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from configmirror.clock import Clock, RealClock
-from configmirror.reconcile import ReconcileError, Result, ServerUnavailable
+from configmirror.outage import Outage
+from configmirror.reconcile import (
+    CacheBehind,
+    Forbidden,
+    ReconcileError,
+    Result,
+    ServerUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 RETRY_AFTER_FLOOR = 1.0  # seconds: a Retry-After of 0 is no reason for a hot loop
+CACHE_WAIT_MIN, CACHE_WAIT_MAX = 0.25, 30.0  # a CacheBehind key's waits: doubling, capped
 
 
 class ServerBackoff:
@@ -58,8 +78,12 @@ class ServerGate(Generic[K]):
 
     def __init__(self, name: str, reconcile: Callable[[K], Result],
                  enqueue: Callable[[K], None], clock: Clock | None = None,
-                 backoff: ServerBackoff | None = None) -> None:
+                 backoff: ServerBackoff | None = None, outage: Outage | None = None) -> None:
+        """`outage`: the operator's one view of whether the API server answers. The gate
+        tells it of every answer it sees, and releases its keys whenever an outage ends,
+        whoever saw the answer (an informer, the Event recorder, the outage's probe)."""
         self._name = name
+        self._outage = outage
         self._reconcile = reconcile
         self._enqueue = enqueue  # puts a released key back in the queue
         self._clock = clock or RealClock()
@@ -70,6 +94,10 @@ class ServerGate(Generic[K]):
         self._waiting: set[K] = set()
         self._probe: K | None = None
         self._outage_since: float | None = None
+        # Keys whose cache is behind (CacheBehind) -> their next wait; each key's alone.
+        self._behind: dict[K, float] = {}
+        if outage is not None:
+            outage.listen(self._release)
 
     def reconcile(self, key: K) -> Result:
         probing = False
@@ -79,15 +107,27 @@ class ServerGate(Generic[K]):
                 probing = key == self._probe
         try:
             result = self._reconcile(key)
+        except CacheBehind:
+            self.answered()  # a conflict is an answer: whatever waited for one, goes now
+            return Result(requeue_after=self._wait_for_cache(key))
         except ServerUnavailable as err:
             if err.retry_after is not None:
                 # The server answered, overloaded, and said when: an outage's probe, and a
                 # release of every waiting key at its first success, would ignore that.
                 return Result(requeue_after=max(err.retry_after, RETRY_AFTER_FLOOR))
             return self._hold(key, err)
+        except Forbidden as err:
+            self._caught_up(key)
+            if self.in_outage() or (self._outage is not None and self._outage.active()):
+                # A server just back refuses what its RBAC allows until its authorizer has
+                # read it back (issue 42): forgotten, the key would wait for a resync.
+                return self._hold(key, err)
+            raise
         except ReconcileError:
+            self._caught_up(key)
             self.answered()  # these come from an answer, or from the cache
             raise
+        self._caught_up(key)
         if result.changed or probing:
             # A write got through, or the probe found nothing left to write: either way the
             # keys that wait have no reason to wait longer.
@@ -97,6 +137,11 @@ class ServerGate(Generic[K]):
     def answered(self) -> None:
         """The API server answers (an informer reconnected, a request got through): every key
         that waited for it goes back in the queue now."""
+        if self._outage is not None:
+            self._outage.answered()  # its listener, _release, is told when it ends one
+        self._release()
+
+    def _release(self) -> None:
         if self._outage_since is None:
             return  # no outage, the common case: no lock
         with self._lock:
@@ -120,7 +165,18 @@ class ServerGate(Generic[K]):
         with self._lock:
             return len(self._waiting)
 
-    def _hold(self, key: K, err: ServerUnavailable) -> Result:
+    def _wait_for_cache(self, key: K) -> float:
+        with self._lock:
+            delay = self._behind.get(key, CACHE_WAIT_MIN)
+            self._behind[key] = min(delay * 2, CACHE_WAIT_MAX)
+        return delay
+
+    def _caught_up(self, key: K) -> None:
+        if key in self._behind:  # rarely: only after a CacheBehind (no lock: a lookup)
+            with self._lock:
+                self._behind.pop(key, None)
+
+    def _hold(self, key: K, err: ReconcileError) -> Result:
         with self._lock:
             self._waiting.add(key)
             if self._probe is not None and self._probe != key:

@@ -10,6 +10,7 @@ proxy, TLS passes through it untouched, and the client under test is never patch
         proxy.latency(0.2)       # 200 ms added each way
         proxy.bandwidth(64_000)  # bytes per second each way
         proxy.answer_new(False)  # new connections are accepted and never answered
+        proxy.drop_answers(True) # requests reach the server, its answers are dropped
         proxy.heal()             # no latency, no cap, new connections answered again
 
 Why not Toxiproxy (a well-kept Go tool, buildable from its module): its toxics apply to a
@@ -45,8 +46,9 @@ class _Direction:
     latency and within the bandwidth in force."""
 
     def __init__(self, proxy: FaultProxy, source: asyncio.StreamReader,
-                 sink: asyncio.StreamWriter) -> None:
+                 sink: asyncio.StreamWriter, answers: bool = False) -> None:
         self.proxy = proxy
+        self.answers = answers  # the server's way back to the client
         self.source = source
         self.sink = sink
         self.queue: deque[tuple[float, bytes]] = deque()  # (when due, bytes), in order
@@ -55,7 +57,7 @@ class _Direction:
     async def read(self, link: _Link) -> None:
         loop = asyncio.get_running_loop()
         while data := await self.source.read(_CHUNK):
-            if link.silent:
+            if link.silent or (self.answers and self.proxy.dropping_answers):
                 continue  # read and dropped: the sender's writes still succeed
             self.queue.append((loop.time() + self.proxy.delay, data))
             self.ready.set()
@@ -119,6 +121,7 @@ class FaultProxy:
         self.delay = 0.0          # seconds added each way
         self.rate = 0             # bytes per second each way (0: no cap)
         self.answering = True     # False: new connections are accepted and never answered
+        self.dropping_answers = False  # True: what the server sends back is dropped
         self.accepted = 0         # client connections accepted so far
         self._links: set[_Link] = set()
         self._loop = asyncio.new_event_loop()
@@ -186,9 +189,18 @@ class FaultProxy:
         byte, ever; what they send is dropped. True: they are forwarded again."""
         self.answering = answering
 
+    def drop_answers(self, dropping: bool) -> None:
+        """True: from now on, on every connection (open or new), what the client sends reaches
+        the server and what the server sends back is dropped: a write is applied and its
+        answer lost, as when a server dies between the two. False: answers pass again (those
+        dropped meanwhile stay lost)."""
+        self.dropping_answers = dropping
+
     def heal(self) -> None:
-        """No latency, no cap, new connections answered. Silent connections stay silent."""
+        """No latency, no cap, new connections answered, answers passed. Silent connections
+        stay silent."""
         self.delay, self.rate, self.answering = 0.0, 0, True
+        self.dropping_answers = False
 
     def connections(self) -> int:
         """Client connections open now (silent ones included)."""
@@ -217,7 +229,8 @@ class FaultProxy:
             return
         link = _Link(writer, up_writer)
         self._links.add(link)
-        there, back = _Direction(self, reader, up_writer), _Direction(self, up_reader, writer)
+        there = _Direction(self, reader, up_writer)
+        back = _Direction(self, up_reader, writer, answers=True)
         link.tasks = [asyncio.create_task(step(link)) for step in
                       (there.read, there.send, back.read, back.send)]
         try:

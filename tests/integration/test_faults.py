@@ -5,20 +5,26 @@ docs/reliability.md lists what was tried and what held.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror.vocabulary import CONFIGMAP
-from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.cluster import Cluster, Namespaces, unique_name
+from configmirror_testing.controlplane import ControlPlane
 from configmirror_testing.e2e import (
     Operator,
     Operators,
@@ -27,7 +33,9 @@ from configmirror_testing.e2e import (
     read,
     requests_into,
     restricted_operator_identity,
+    wait_replica,
 )
+from configmirror_testing.faultproxy import FaultProxy
 from configmirror_testing.objects import cached
 from configmirror_testing.wait import wait_for
 
@@ -133,6 +141,135 @@ def test_a_10_s_apiserver_outage_right_after_an_edit_delays_replicas_by_seconds_
     assert events(cluster, src, "cfg", "ReplicationFailed") == []
     wait_for(lambda: events(cluster, src, "cfg", "Replicated"), timeout=30,
              what="the Replicated Event, written once the server was back")
+
+
+def identity_whose_watch_can_be_revoked(cluster: Cluster, home: str, tmp: Path
+                                        ) -> tuple[Path, Callable[[], None], Callable[[], None]]:
+    """A ServiceAccount that may do what the operator does (ConfigMaps and Namespaces read,
+    ConfigMaps written, Events). Returns its kubeconfig, a function that takes the list and
+    watch away from it (its writes stay allowed), and one that removes its roles."""
+    name = unique_name("watchless")
+    rule, meta = client.V1PolicyRule, client.V1ObjectMeta
+    roles = {f"{name}-watch": [rule(api_groups=[""], resources=["configmaps", "namespaces"],
+                                    verbs=["get", "list", "watch"])],
+             f"{name}-write": [rule(api_groups=[""], resources=["configmaps"],
+                                    verbs=["create", "update", "patch", "delete"]),
+                               rule(api_groups=[""], resources=["events"],
+                                    verbs=["create", "patch"])]}
+    subject = [client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=home)]
+    for role, rules in roles.items():
+        cluster.rbac.create_cluster_role(client.V1ClusterRole(metadata=meta(name=role),
+                                                              rules=rules))
+        cluster.rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
+            metadata=meta(name=role), subjects=subject, role_ref=client.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=role)))
+
+    def revoke(suffixes: tuple[str, ...]) -> None:
+        for role in roles:
+            if role.endswith(suffixes):
+                with contextlib.suppress(client.ApiException):
+                    cluster.rbac.delete_cluster_role_binding(role)
+                    cluster.rbac.delete_cluster_role(role)
+
+    return (cluster.service_account_kubeconfig(home, name, tmp / f"{name}.kubeconfig"),
+            lambda: revoke(("-watch",)), lambda: revoke(("-watch", "-write")))
+
+
+def test_a_write_the_dying_apiserver_applied_but_never_answered_holds_no_replica_back(
+        cluster: Cluster, namespaces: Namespaces, operators: Operators, tmp_path: Path) -> None:
+    """Issue 42. The first key to meet the outage is the one whose write was in flight: the
+    server applied it and its answer was lost (the fault proxy drops the answers, then the
+    server is killed). Until the watch is back, that key can only conflict with its own write.
+    The other replicas must not wait for the watch: here it cannot come back (the operator's
+    list and watch are refused from before the return on), standing in for the informers'
+    backoff, which can outlast the outage by a minute."""
+    plane = cluster.require_plane()
+    home, src = namespaces(), namespaces()
+    targets = [namespaces() for _ in range(12)]
+    kubeconfig, revoke_watch, remove = identity_whose_watch_can_be_revoked(cluster, home,
+                                                                           tmp_path)
+    proxy = FaultProxy((plane.address, plane.apiserver_port)).start()
+    try:
+        # 4 writes a second: the fan-out is still going when the write in flight is cut off.
+        operator = operators("--kube-api-qps", "4", "--kube-api-burst", "1",
+                             kubeconfig=proxy.write_kubeconfig(kubeconfig, tmp_path / "via"))
+        cluster.core.create_namespaced_config_map(src, configmap(
+            "cfg", {REPLICATE_TO: ",".join(targets)}, data={"v": "1"}))
+
+        def at(version: str) -> int:
+            return sum(1 for ns in targets
+                       if ((cm := read(cluster, ns, "cfg")) is not None
+                           and (cm.data or {}) == {"v": version}))
+
+        wait_for(lambda: at("1") == len(targets), timeout=30, what="the replicas at v=1")
+        operator.wait_idle()
+        cluster.core.patch_namespaced_config_map("cfg", src, {"data": {"v": "2"}})
+        wait_for(lambda: at("2") >= 1, timeout=30, interval=0.02, what="the fan-out under way")
+        proxy.drop_answers(True)
+        applied = at("2")
+        wait_for(lambda: at("2") > applied, timeout=10, interval=0.02,
+                 what="a write the server applies and never answers")
+        revoke_watch()
+        plane.stop_apiserver(kill=True)
+        wait_for(lambda: operator.metric("configmirror_api_server_unavailable") == 1,
+                 timeout=30, what="the operator to see the outage")
+        proxy.heal()
+        plane.start_apiserver()
+        print(f"{at('2')} of {len(targets)} replicas at v=2 at the return")
+        wait_for(lambda: at("2") == len(targets), timeout=15, interval=0.2,
+                 what="every replica within 15 s of the return, the watch still refused")
+        assert operator.metric("configmirror_reconcile_given_up_total") == 0
+    finally:
+        remove()
+        proxy.stop()
+
+
+def write_into_etcd(plane: ControlPlane, obj: dict[str, Any]) -> None:
+    """Store `obj` (a ConfigMap as the API returned it) in etcd directly, as JSON, which the
+    apiserver reads as well as its own protobuf: how a source changes while no apiserver
+    runs. Its resourceVersion is etcd's revision of the write."""
+    meta = obj["metadata"]
+    meta.pop("resourceVersion", None)
+    key = f"/registry/configmaps/{meta['namespace']}/{meta['name']}"
+    done = subprocess.run([str(plane.assets / "etcdctl"), f"--endpoints={plane.etcd_endpoint}",
+                           "put", key], input=json.dumps(obj), capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 0, f"etcdctl put {key}: {done.stderr}"
+
+
+def test_a_source_made_invalid_while_the_apiserver_is_down_gets_its_event_within_2_s_of_its_return(
+        cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
+    """The Event recorder begins its backoff in the outage (the Replicated Event of an edit
+    made just before it fails), and the informers theirs; none may outlast the outage."""
+    plane = cluster.require_plane()
+    src, target = namespaces(), namespaces()
+    operator = operators()
+    cluster.core.create_namespaced_config_map(src, configmap(
+        "cfg", {REPLICATE_TO: target}, data={"v": "1"}))
+    wait_replica(cluster, target, {"v": "1"})
+    operator.wait_idle()
+    cluster.core.patch_namespaced_config_map("cfg", src, {"data": {"v": "2"}})
+    wait_replica(cluster, target, {"v": "2"})
+    source = cluster.api_client.sanitize_for_serialization(
+        cluster.core.read_namespaced_config_map("cfg", src))
+    plane.stop_apiserver(kill=True)  # before the Replicated Event is due (2 s of quiet)
+    try:
+        wait_for(lambda: "cannot record Event Replicated" in operator.log(), timeout=30,
+                 interval=0.02, what="the Event recorder to meet the outage")
+        failed = time.monotonic()
+        source["metadata"]["annotations"][REPLICATE_TO_MATCHING] = "tier in (a"
+        write_into_etcd(plane, source)
+        # The outage itself. The recorder tries again 0.5, 1.5, 3.5, 7.5, 15.5 and 31.5 s
+        # after its first failure: the server comes back in the longest gap, so a backoff
+        # begun in the outage would outlast it by 10 s (the restart takes a few seconds).
+        threading.Event().wait(max(failed + 16.0 - time.monotonic(), 0.0))
+    finally:
+        plane.start_apiserver()  # returns once /readyz answers: the server is back
+    wait_for(lambda: events(cluster, src, "cfg", "InvalidSpec"), timeout=2, interval=0.05,
+             what="the InvalidSpec Event within 2 s of the apiserver's return")
+    wait_for(lambda: events(cluster, src, "cfg", "Replicated"), timeout=2, interval=0.05,
+             what="the Replicated Event that met the outage, before it")
+    assert read(cluster, target, "cfg").data == {"v": "2"}, "an invalid spec changes nothing"
 
 
 def test_compaction_410_while_sources_change_in_the_gap(

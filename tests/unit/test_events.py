@@ -14,6 +14,7 @@ import pytest
 from configmirror.clock import FakeClock
 from configmirror.events import QUIET, RETRY_MIN, EventRecorder, Tallies
 from configmirror.kube import ApiError
+from configmirror.outage import Outage
 from configmirror.replicator import replicated_message
 from configmirror.vocabulary import ObjectRef
 from configmirror_testing.fakekube import FakeKube
@@ -262,6 +263,75 @@ def test_retries_wait_half_a_second_doubling_to_30_s_and_the_first_failure_is_lo
     assert len(server.written()) == 10
     warned = [r for r in caplog.records if "cannot record Event" in r.getMessage()]
     assert [r.levelname for r in warned] == ["WARNING"], "once, then at debug level"
+
+
+def test_a_retry_begun_in_an_outage_ends_when_the_outage_does_and_starts_afresh() -> None:
+    server, clock = FakeKube(), FakeClock()
+    outage = Outage(clock=clock)
+    events = EventRecorder(server, instance="test", clock=clock,  # type: ignore[arg-type]
+                           outage=outage)
+    events.start()
+    try:
+        server.failures += [unavailable() for _ in range(5)]
+        events.warning(A, "InvalidSpec", "bad")
+        for attempt, delay in enumerate((0.5, 1, 2, 4, 8), start=1):
+            wait_for(lambda attempt=attempt, delay=delay: len(server.written()) == attempt
+                     and clock.wake_times() == [clock.now() + delay],
+                     what=f"attempt {attempt} to wait {delay} s")
+            if attempt < 5:
+                clock.step(delay)
+        assert outage.active(), "a write with no answer is an outage"
+        outage.answered()  # an informer reconnected: 8 s are left of this wait
+        wait_for(lambda: events.pending() == 0, what="the Event written at once")
+        assert clock.waiters() == 0 and len(server.written()) == 6
+        server.failures.append(unavailable())
+        events.warning(B, "InvalidSpec", "bad")
+        wait_for(lambda: clock.wake_times() == [clock.now() + RETRY_MIN],
+                 what="the next outage's first wait: the shortest again")
+    finally:
+        outage.answered()
+        events.stop(timeout=5)
+
+
+def test_stop_ends_a_retry_that_waits_for_the_outage_at_once() -> None:
+    server, clock = FakeKube(), FakeClock()
+    outage = Outage(clock=clock)
+    events = EventRecorder(server, instance="test", clock=clock,  # type: ignore[arg-type]
+                           outage=outage)
+    events.start()
+    server.failures += [unavailable()]
+    events.warning(A, "InvalidSpec", "bad")
+    wait_for(lambda: clock.wake_times() == [clock.now() + RETRY_MIN], what="the retry waiting")
+    events.stop(timeout=5)  # the clock never moves: only stop() can end the wait
+    assert not any(t.name == "event-recorder" for t in threading.enumerate())
+
+
+@pytest.mark.parametrize(("status", "ends"), [(429, False), (403, False), (422, True)])
+def test_a_write_throttled_or_refused_waits_on_its_own_and_only_a_served_one_ends_an_outage(
+        status: int, ends: bool) -> None:
+    server, clock = FakeKube(), FakeClock()
+    outage = Outage(clock=clock)
+    events = EventRecorder(server, instance="test", clock=clock,  # type: ignore[arg-type]
+                           outage=outage)
+    events.start()
+    try:
+        outage.failed()  # an informer met an outage
+        server.failures.append(ApiError(status, "Reason", "no", "create", "/e"))
+        events.warning(A, "InvalidSpec", "bad")
+        wait_for(lambda: len(server.written()) == 1 and (
+            events.pending() == 0 if status != 429 else
+            clock.wake_times() == [clock.now() + RETRY_MIN]), what="the answer handled")
+        assert outage.active() is not ends
+        if status == 429:
+            outage.answered()
+            assert clock.wake_times() == [clock.now() + RETRY_MIN], "throttled: its own pace"
+        outage.failed()
+        events.warning(B, "InvalidSpec", "bad")
+        clock.step(RETRY_MIN)
+        wait_for(lambda: not outage.active() and events.pending() == 0,
+                 what="a written Event to end the outage")
+    finally:
+        events.stop(timeout=5)
 
 
 def test_the_events_are_reported_by_the_instance_given_or_else_the_host() -> None:

@@ -7,6 +7,7 @@ import socket
 import socketserver
 import time
 from collections.abc import Iterator
+from typing import ClassVar
 
 import pytest
 
@@ -119,3 +120,39 @@ def test_new_connections_can_be_accepted_and_never_answered(proxy: FaultProxy) -
 def test_it_forwards_to_this_machine_only() -> None:
     with pytest.raises(ValueError, match="this machine only"):
         FaultProxy(("10.0.0.1", 443))
+
+
+class Received(socketserver.BaseRequestHandler):
+    """Records what reaches it, and answers each chunk with "ok"."""
+
+    got: ClassVar[list[bytes]] = []
+
+    def handle(self) -> None:
+        while data := self.request.recv(65536):
+            Received.got.append(data)
+            self.request.sendall(b"ok")
+
+
+def test_dropped_answers_let_requests_reach_the_server_on_open_and_new_connections() -> None:
+    Received.got = []
+    with RawServer(Received) as server, FaultProxy(("127.0.0.1", server.port)) as proxy:
+        old = connect(proxy)
+        try:
+            assert echo(old, b"hi") == b"ok"
+            proxy.drop_answers(True)
+            old.sendall(b"applied")
+            with connect(proxy) as new:
+                new.sendall(b"also")
+                wait_for(lambda: b"applied" in Received.got and b"also" in Received.got,
+                         what="both requests to reach the server")
+                new.settimeout(0.3)
+                with pytest.raises(TimeoutError):
+                    new.recv(10)  # its answer is lost
+            old.settimeout(0.3)
+            with pytest.raises(TimeoutError):
+                old.recv(10)
+            proxy.heal()
+            old.settimeout(5)
+            assert echo(old, b"ag") == b"ok", "answers pass again; the lost stay lost"
+        finally:
+            old.close()

@@ -13,6 +13,8 @@ from configmirror.kube import ApiError
 from configmirror.memory import Memory
 from configmirror.model import Caches, Namespace, object_indexers, target_key
 from configmirror.reconcile import (
+    CacheBehind,
+    Forbidden,
     ReconcileError,
     RetryableError,
     ServerUnavailable,
@@ -46,12 +48,13 @@ def replicator(mocker: MockerFixture, status: int, watching: bool
 @pytest.mark.parametrize(("status", "watching", "raised", "said"), [
     # a newer version: the watch brings it, retry counts
     (409, True, RetryableError, "create ConfigMap a/cfg: create /p: 409"),
-    # the watch is down: wait for it, uncounted
-    (409, False, ServerUnavailable, "(the cache is behind until the watch reconnects)"),
-    (404, False, ServerUnavailable, "(the cache is behind until the watch reconnects)"),
+    # the watch is down: wait for it, uncounted, and not as an outage (the server answered)
+    (409, False, CacheBehind, "(the cache is behind until the watch reconnects)"),
+    (404, False, CacheBehind, "(the cache is behind until the watch reconnects)"),
     (503, True, ServerUnavailable, "create ConfigMap a/cfg: create /p: 503"),
     (0, True, ServerUnavailable, "create ConfigMap a/cfg: create /p: 0"),
-    (403, True, TerminalError, "create ConfigMap a/cfg forbidden: message"),
+    (403, True, Forbidden, "create ConfigMap a/cfg forbidden: message"),
+    (401, True, Forbidden, "create ConfigMap a/cfg rejected by the API server: message"),
     (404, True, RetryableError, "create ConfigMap a/cfg: create /p: 404"),
     (422, True, TerminalError, "create ConfigMap a/cfg rejected by the API server: message"),
 ])
@@ -61,9 +64,11 @@ def test_a_failed_write_raises_what_the_controller_needs(
     r, recorder = replicator(mocker, status, watching)
     with pytest.raises(raised) as err:
         r.reconcile(target_key(CONFIGMAP, "a", "cfg"))
+    assert type(err.value) is raised
     assert said in str(err.value)
-    assert recorder.warning.called is (raised is TerminalError), "only terminal ones are told"
-    if raised is TerminalError:
+    terminal = issubclass(raised, TerminalError)
+    assert recorder.warning.called is terminal, "only terminal ones are told"
+    if terminal:
         assert recorder.warning.call_args.args[1:] == ("ReplicationFailed", str(err.value))
 
 

@@ -14,8 +14,16 @@ import pytest
 from configmirror.clock import FakeClock
 from configmirror.controller import Controller
 from configmirror.metrics import Metrics
-from configmirror.reconcile import Result, RetryableError, ServerUnavailable, TerminalError
-from configmirror.servergate import RETRY_AFTER_FLOOR, ServerBackoff, ServerGate
+from configmirror.outage import Outage
+from configmirror.reconcile import (
+    CacheBehind,
+    Forbidden,
+    Result,
+    RetryableError,
+    ServerUnavailable,
+    TerminalError,
+)
+from configmirror.servergate import CACHE_WAIT_MIN, RETRY_AFTER_FLOOR, ServerBackoff, ServerGate
 from configmirror.workqueue import WorkQueue
 from configmirror_testing.scrape import controller_sample as sample
 from configmirror_testing.wait import wait_for
@@ -336,3 +344,175 @@ def test_a_retry_after_in_an_outage_neither_releases_nor_joins_the_waiting_keys(
         assert gate.in_outage() and gate.waiting() == 1, "b joined no outage"
     finally:
         controller.stop(drain_timeout=5)
+
+
+# -- a cache behind its server (issue 42) --------------------------------------------------------
+
+
+def test_a_key_whose_cache_is_behind_is_never_the_probe_and_holds_no_key_back() -> None:
+    """After an outage, the first key to fail is the one whose write was in flight: the server
+    applied it and its answer was lost, so until the watch is back it conflicts with itself.
+    The keys that met the outage with it are released by the first answer, that conflict."""
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(max_retries=2, clock=clock)
+    attempts: list[str] = []
+    down, watching = threading.Event(), threading.Event()
+    down.set()
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if down.is_set():
+            raise ServerUnavailable("connection refused")
+        if key == "lost" and not watching.is_set():
+            raise CacheBehind("409 Conflict (the cache is behind until the watch reconnects)")
+        return Result(changed=key != "lost")
+
+    metrics = Metrics()
+    controller, gate = gated(queue, reconcile, 1, clock, FixedBackoff(30.0), metrics)
+    controller.start()
+    try:
+        for key in ("lost", "a", "b"):
+            queue.add(key)
+        wait_for(lambda: gate.waiting() == 3 and len(attempts) == 3, what="all three to wait")
+        down.clear()
+        clock.step(30.0)  # the probe, "lost", tries again: the server answers, a conflict
+        wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
+                 what="the conflict, an answer, to release the others at once")
+        assert not gate.in_outage() and gate.waiting() == 0
+        for attempt, delay in enumerate((CACHE_WAIT_MIN, 2 * CACHE_WAIT_MIN), start=3):
+            wait_for(lambda attempt=attempt, delay=delay: attempts.count("lost") == attempt - 1
+                     and clock.wake_times() == [clock.now() + delay],
+                     what=f"'lost' alone to wait {delay} s for the watch")
+            clock.step(delay)
+        wait_for(lambda: attempts.count("lost") == 4, what="its third try since")
+        assert not gate.in_outage(), "a cache behind is no outage"
+        watching.set()
+        clock.step(4 * CACHE_WAIT_MIN)
+        wait_for(lambda: queue.counts() == (0, 0, 0) and attempts.count("lost") == 5,
+                 what="'lost' to find it in sync once the watch is back")
+        assert sample(metrics, "configmirror_reconcile_given_up_total") == 0
+        assert sample(metrics, "controller_runtime_reconcile_errors_total") == 0
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_a_cache_behind_waits_a_quarter_second_doubling_to_30_s_per_key_and_starts_afresh(
+        ) -> None:
+    clock = FakeClock()
+    behind = {"x": 9, "y": 1}
+
+    def reconcile(key: str) -> Result:
+        if behind[key] > 0:
+            behind[key] -= 1
+            raise CacheBehind("409")
+        return Result()
+
+    gate = ServerGate("test", reconcile, lambda key: None, clock)
+    waits = [gate.reconcile("x").requeue_after for _ in range(9)]
+    assert waits == [0.25, 0.5, 1, 2, 4, 8, 16, 30, 30]
+    assert gate.reconcile("y").requeue_after == 0.25, "each key's own"
+    assert gate.reconcile("x").requeue_after is None
+    behind["x"] = 1
+    assert gate.reconcile("x").requeue_after == 0.25, "caught up: the next wait is the first"
+
+
+@pytest.mark.parametrize("error", [Forbidden("403"), RetryableError("409"),
+                                   TerminalError("422")])
+def test_a_cache_behind_starts_afresh_after_any_other_failure(error: Exception) -> None:
+    outcomes: list[Exception] = [CacheBehind("409"), CacheBehind("409"), error,
+                                 CacheBehind("409")]
+
+    def reconcile(key: str) -> Result:
+        raise outcomes.pop(0)
+
+    gate = ServerGate("test", reconcile, lambda key: None, FakeClock())
+    assert [gate.reconcile("x").requeue_after for _ in range(2)] == [0.25, 0.5]
+    with pytest.raises(type(error)):
+        gate.reconcile("x")
+    assert gate.reconcile("x").requeue_after == 0.25
+
+
+def test_a_refusal_met_while_keys_wait_for_the_server_waits_with_them_and_ends_nothing(
+        ) -> None:
+    """A kube-apiserver just back refuses what its RBAC allows for a moment (issue 42)."""
+    clock = FakeClock()
+    outage = Outage(clock=clock)
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    attempts: list[str] = []
+    state = {"server": "down"}
+
+    def reconcile(key: str) -> Result:
+        attempts.append(key)
+        if state["server"] == "down":
+            raise ServerUnavailable("connection refused")
+        if state["server"] == "starting":
+            raise Forbidden(f"update ConfigMap {key}/cfg forbidden")
+        return Result(changed=True)
+
+    metrics = Metrics()
+    gate = ServerGate("test", reconcile, queue.add, clock, FixedBackoff(5.0), outage)
+    controller = Controller("test", queue, gate.reconcile, 1, metrics)
+    controller.start()
+    try:
+        outage.failed()  # the informers met the outage
+        for key in ("a", "b"):
+            queue.add(key)
+        wait_for(lambda: gate.waiting() == 2, what="both keys to wait")
+        state["server"] = "starting"
+        clock.step(5.0)  # the probe, "a", is refused
+        wait_for(lambda: attempts.count("a") == 2 and clock.wake_times() == [clock.now() + 5],
+                 what="the refused probe to wait on")
+        assert gate.waiting() == 2 and gate.in_outage() and outage.active(), \
+            "a refusal is no sign that the server serves: nothing released, nothing forgotten"
+        assert sample(metrics, "controller_runtime_terminal_reconcile_errors_total") == 0
+        state["server"] = "ready"
+        outage.answered()  # /readyz says ready
+        wait_for(lambda: attempts.count("b") == 2 and queue.counts() == (0, 0, 1),
+                 what="both keys written")
+        assert gate.waiting() == 0
+    finally:
+        controller.stop(drain_timeout=5)
+
+
+def test_a_refusal_waits_while_keys_wait_for_the_server_even_with_no_outage_view() -> None:
+    outcomes: list[Exception] = [ServerUnavailable("refused"), Forbidden("403")]
+
+    def reconcile(key: str) -> Result:
+        raise outcomes.pop(0)
+
+    gate = ServerGate("test", reconcile, lambda key: None, FakeClock(), FixedBackoff(5.0))
+    assert gate.reconcile("a").requeue_after == 5.0  # "a" probes
+    assert gate.reconcile("b").requeue_after is None, "refused while the probe is out: waits"
+    assert gate.waiting() == 2
+
+
+def test_a_refusal_waits_while_the_operator_is_in_an_outage_though_no_key_waits() -> None:
+    def refused(key: str) -> Result:
+        raise Forbidden("update ConfigMap a/cfg forbidden")
+
+    outage = Outage()
+    outage.failed()  # the informers met the outage; no key has yet
+    gate = ServerGate("test", refused, lambda key: None, FakeClock(), FixedBackoff(5.0),
+                      outage)
+    assert gate.reconcile("a").requeue_after == 5.0, "held, as the probe"
+    assert gate.waiting() == 1 and outage.active()
+
+
+def test_a_refusal_outside_an_outage_is_terminal() -> None:
+    def refused(key: str) -> Result:
+        raise Forbidden("update ConfigMap a/cfg forbidden")
+
+    gate = ServerGate("test", refused, lambda key: None, FakeClock(), outage=Outage())
+    with pytest.raises(Forbidden):
+        gate.reconcile("a")
+    assert gate.waiting() == 0 and not gate.in_outage()
+
+
+def test_a_write_that_gets_through_ends_the_operators_outage_for_every_part() -> None:
+    outage = Outage()
+    mark = outage.failed()  # an informer, say, waits for the server
+    gate = ServerGate("test", lambda key: Result(changed=True), lambda key: None, FakeClock(),
+                      outage=outage)
+    gate.reconcile("a")
+    assert not outage.active()
+    assert outage.wait(mark, 0.0, lambda: False) is True, "the informer's wait ends"
