@@ -134,6 +134,15 @@ unit: $(STAMP) ## run only the unit tests (no control plane)
 mutate: $(STAMP) ## mutation check of the queue, controller, planner, replicator, events, kube, transport, status, caches (MUTATE_ARGS=--jobs 2, --only REGEX)
 	$(PY) hack/mutate.py $(MUTATE_ARGS)
 
+.PHONY: fuzz
+fuzz: $(STAMP) ## the HTTP parser against h11, longer: 50,000 answers per seed in tests/unit/h11_fuzz_seeds.txt
+	@for seed in $$(grep -v '^#' tests/unit/h11_fuzz_seeds.txt); do \
+	  echo "make fuzz: --hypothesis-seed=$$seed"; \
+	  HYPOTHESIS_PROFILE=h11-fuzz $(PY) -m pytest -q -p no:cacheprovider --timeout=3600 \
+	    --hypothesis-seed=$$seed --hypothesis-show-statistics \
+	    tests/unit/test_transport_h11.py || exit 1; \
+	done
+
 .PHONY: lint
 lint: $(STAMP) ## ruff + mypy --strict + hadolint (Dockerfile) + actionlint (.github/workflows/)
 	$(VENV)/bin/ruff check src testing tests bench hack
