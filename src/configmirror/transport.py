@@ -47,6 +47,7 @@ import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -111,7 +112,40 @@ class Endpoint:
 
 def endpoint(configuration: Any) -> Endpoint:
     """The endpoint an official client `Configuration` describes; raises UnsupportedSetting
-    for anything in it this transport cannot honour."""
+    for anything in it this transport cannot honour.
+
+    Built once per configuration: asked again for the same configuration object, its
+    settings unchanged (kube.load_configuration checks it, then Kube connects with it), the
+    same endpoint is returned, TLS context and all (loading the CA bundle costs milliseconds).
+    """
+    settings = _settings(configuration)
+    with _ENDPOINTS_LOCK:
+        known = _ENDPOINTS.get(configuration)
+    if known is not None and known[0] == settings:
+        return known[1]
+    built = _endpoint(configuration)
+    with _ENDPOINTS_LOCK:
+        _ENDPOINTS[configuration] = (settings, built)
+    return built
+
+
+# The endpoint built for each configuration (while it lives), with the settings it read.
+_ENDPOINTS: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], Endpoint]] = \
+    weakref.WeakKeyDictionary()
+_ENDPOINTS_LOCK = threading.Lock()
+
+
+def _settings(configuration: Any) -> tuple[Any, ...]:
+    """Every Configuration attribute an endpoint is built from."""
+    return (configuration.host, configuration.ssl_ca_cert, configuration.ca_cert_data,
+            configuration.cert_file, configuration.key_file, configuration.verify_ssl,
+            configuration.tls_server_name, configuration.assert_hostname,
+            configuration.proxy, configuration.no_proxy,
+            tuple((configuration.proxy_headers or {}).items()),
+            tuple(map(tuple, configuration.socket_options or ())))
+
+
+def _endpoint(configuration: Any) -> Endpoint:
     host = str(configuration.host)
     url = urlsplit(host)
     if url.scheme not in ("http", "https") or not url.hostname:

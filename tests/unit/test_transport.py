@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from configmirror import transport
 from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
 from configmirror.transport import (
     CONNECT_TIMEOUT,
@@ -676,6 +677,32 @@ def test_tls_verifies_the_server_against_the_ca_data(
         tls_server: TLSServer, pki: Pki, tmp_path: Path) -> None:
     assert get(kubeconfig(tmp_path, {"server": f"https://127.0.0.1:{tls_server.port}",
                                      "certificate-authority-data": b64(pki.ca)}))
+
+
+def test_the_endpoint_and_its_tls_context_are_built_once_per_configuration(
+        tls_server: TLSServer, pki: Pki, tmp_path: Path, mocker: Any) -> None:
+    built = mocker.spy(transport, "tls_context")
+    configuration = load_configuration(kubeconfig(
+        tmp_path, {"server": f"https://127.0.0.1:{tls_server.port}",
+                   "certificate-authority": str(pki.ca)}))
+    kube = Kube(configuration)  # connects with what load_configuration checked
+    try:
+        assert kube.request("get", "/version")
+    finally:
+        kube.close()
+    assert built.call_count == 1
+    assert endpoint(configuration) is endpoint(configuration)
+
+
+def test_a_configuration_changed_after_its_endpoint_was_built_gets_a_new_one(pki: Pki) -> None:
+    configuration = client.Configuration(host="https://127.0.0.1:1")
+    configuration.ssl_ca_cert = str(pki.ca)
+    first = endpoint(configuration)
+    assert first.verifies_tls
+    configuration.verify_ssl = False
+    assert not endpoint(configuration).verifies_tls
+    configuration.host = "https://127.0.0.1:2"
+    assert endpoint(configuration).address == ("127.0.0.1", 2)
 
 
 def test_a_ca_directory_is_refused_at_start_naming_the_field(pki: Pki, tmp_path: Path) -> None:
