@@ -442,6 +442,9 @@ class WatchStream:
             if not chunk:
                 rest, self._buffer = self._buffer, b""
                 return cast(dict[str, Any], orjson.loads(rest)) if rest.strip() else None
+            if not self._buffer and chunk[:1] == b"{" and chunk.find(b"\n") == len(chunk) - 1:
+                # One whole event, as the server sends each (a chunk of its own): no copy.
+                return cast(dict[str, Any], orjson.loads(chunk))
             self._buffer += chunk
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
