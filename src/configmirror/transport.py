@@ -5,15 +5,13 @@ small machine, and going through urllib3's layers cost three times as much (meas
 single-threaded: 2.0 ms -> 0.6 ms of CPU per create). Here a request is written in one send
 (its head and body together) and its answer parsed from what one recv brought in.
 
-Why not h11 (the well-kept sans-IO HTTP/1.1 library) for the framing: measured, it costs
-more than the 10% per write it was allowed. `bench_convergence.py --sources 1 --namespaces
-5000`, two runs each, alternated, on a shared 2-core machine (so noisy): the operator's CPU
-per 1,000 writes 0.86 and 0.97 s with h11 framing and parsing each request, 0.76 and 0.60 s
-with this reader (0.51 and 0.70 s before the move); the Python bare client, which is this
-transport and nothing else, 0.59 and 0.61 s with h11, 0.37 and 0.33 s with this one. Alone,
-one create and its 2 KB answer over a socket pair (a throwaway micro-benchmark): 181 us of
-CPU with h11, 38 us here. h11 validates every header with regular expressions and builds an
-event per part; the answer to a write needs four headers and one split.
+Why not h11 (the well-kept sans-IO HTTP/1.1 library) for the framing: it cost more than the
+10% per write it was allowed (two runs each of `bench_convergence.py --sources 1 --namespaces
+5000`: 0.86 and 0.97 s of the operator's CPU per 1,000 writes with h11, 0.76 and 0.60 s with
+this reader; one create and its 2 KB answer over a socket pair, 181 us of CPU with h11, 38 us
+here): h11 validates every header with regular expressions and builds an event per part,
+where the answer to a write needs four headers and one split. h11 is the reference instead:
+the parser below reads every answer the way h11 does (tests/unit/test_transport_h11.py).
 
 What it honours of the official client's `Configuration`, and nothing it cannot: the server
 URL; the CA (`ssl_ca_cert`, a file; `ca_cert_data`), the client certificate and key
