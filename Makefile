@@ -135,6 +135,15 @@ docs: $(STAMP) ## the documentation site (MkDocs, Material) into site/, --strict
 docs-reference: $(STAMP) ## rewrite docs/reference/ from the code and the chart (flags, metrics, Events, values, alerts)
 	$(PY) hack/docs_reference.py
 
+.PHONY: fuzz
+fuzz: $(STAMP) ## the HTTP parser against h11, longer: 50,000 answers per seed in tests/unit/h11_fuzz_seeds.txt
+	@for seed in $$(grep -v '^#' tests/unit/h11_fuzz_seeds.txt); do \
+	  echo "make fuzz: --hypothesis-seed=$$seed"; \
+	  HYPOTHESIS_PROFILE=h11-fuzz $(PY) -m pytest -q -p no:cacheprovider --timeout=3600 \
+	    --hypothesis-seed=$$seed --hypothesis-show-statistics \
+	    tests/unit/test_transport_h11.py || exit 1; \
+	done
+
 .PHONY: lint
 lint: $(STAMP) ## ruff + mypy --strict + the layers (lint-imports) + hadolint (Dockerfile) + actionlint (.github/workflows/) + make docs
 	$(VENV)/bin/ruff check src testing tests bench hack

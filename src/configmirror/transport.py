@@ -5,15 +5,13 @@ small machine, and going through urllib3's layers cost three times as much (meas
 single-threaded: 2.0 ms -> 0.6 ms of CPU per create). Here a request is written in one send
 (its head and body together) and its answer parsed from what one recv brought in.
 
-Why not h11 (the well-kept sans-IO HTTP/1.1 library) for the framing: measured, it costs
-more than the 10% per write it was allowed. `bench_convergence.py --sources 1 --namespaces
-5000`, two runs each, alternated, on a shared 2-core machine (so noisy): the operator's CPU
-per 1,000 writes 0.86 and 0.97 s with h11 framing and parsing each request, 0.76 and 0.60 s
-with this reader (0.51 and 0.70 s before the move); the Python bare client, which is this
-transport and nothing else, 0.59 and 0.61 s with h11, 0.37 and 0.33 s with this one. Alone,
-one create and its 2 KB answer over a socket pair (a throwaway micro-benchmark): 181 us of
-CPU with h11, 38 us here. h11 validates every header with regular expressions and builds an
-event per part; the answer to a write needs four headers and one split.
+Why not h11 (the well-kept sans-IO HTTP/1.1 library) for the framing: it cost more than the
+10% per write it was allowed (two runs each of `bench_convergence.py --sources 1 --namespaces
+5000`: 0.86 and 0.97 s of the operator's CPU per 1,000 writes with h11, 0.76 and 0.60 s with
+this reader; one create and its 2 KB answer over a socket pair, 181 us of CPU with h11, 38 us
+here): h11 validates every header with regular expressions and builds an event per part,
+where the answer to a write needs four headers and one split. h11 is the reference instead:
+the parser below reads every answer the way h11 does (tests/unit/test_transport_h11.py).
 
 What it honours of the official client's `Configuration`, and nothing it cannot: the server
 URL; the CA (`ssl_ca_cert`, a file; `ca_cert_data`), the client certificate and key
@@ -41,11 +39,13 @@ import base64
 import contextlib
 import http.client
 import os
+import re
 import select
 import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -110,7 +110,40 @@ class Endpoint:
 
 def endpoint(configuration: Any) -> Endpoint:
     """The endpoint an official client `Configuration` describes; raises UnsupportedSetting
-    for anything in it this transport cannot honour."""
+    for anything in it this transport cannot honour.
+
+    Built once per configuration: asked again for the same configuration object, its
+    settings unchanged (kube.load_configuration checks it, then Kube connects with it), the
+    same endpoint is returned, TLS context and all (loading the CA bundle costs milliseconds).
+    """
+    settings = _settings(configuration)
+    with _ENDPOINTS_LOCK:
+        known = _ENDPOINTS.get(configuration)
+    if known is not None and known[0] == settings:
+        return known[1]
+    built = _endpoint(configuration)
+    with _ENDPOINTS_LOCK:
+        _ENDPOINTS[configuration] = (settings, built)
+    return built
+
+
+# The endpoint built for each configuration (while it lives), with the settings it read.
+_ENDPOINTS: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], Endpoint]] = \
+    weakref.WeakKeyDictionary()
+_ENDPOINTS_LOCK = threading.Lock()
+
+
+def _settings(configuration: Any) -> tuple[Any, ...]:
+    """Every Configuration attribute an endpoint is built from."""
+    return (configuration.host, configuration.ssl_ca_cert, configuration.ca_cert_data,
+            configuration.cert_file, configuration.key_file, configuration.verify_ssl,
+            configuration.tls_server_name, configuration.assert_hostname,
+            configuration.proxy, configuration.no_proxy,
+            tuple((configuration.proxy_headers or {}).items()),
+            tuple(map(tuple, configuration.socket_options or ())))
+
+
+def _endpoint(configuration: Any) -> Endpoint:
     host = str(configuration.host)
     url = urlsplit(host)
     if url.scheme not in ("http", "https") or not url.hostname:
@@ -252,11 +285,11 @@ class Connections:
         try:
             conn.sock.settimeout(timeout)
             conn.sock.sendall(self._head(method, target, headers, None))
-            status, reason, fields = conn.reader.head()
+            head = conn.reader.head()
         except BaseException:
             conn.close()
             raise
-        return Stream(conn, method, status, reason, fields)
+        return Stream(conn, method, head)
 
     def discard_idle(self) -> int:
         """Close every idle connection (the next requests dial new ones); returns how many."""
@@ -332,10 +365,10 @@ def _tunnel(sock: socket.socket, target: Endpoint, proxy: Proxy) -> None:
     lines += [f"{name}: {value}" for name, value in proxy.headers]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
     reader = _Reader(sock)
-    status, reason, _ = reader.head()
-    if status != 200:
+    head = reader.head()
+    if head.status != 200:
         raise OSError(f"the proxy {proxy.address[0]}:{proxy.address[1]} refused a tunnel to "
-                      f"{authority}: {status} {reason}")
+                      f"{authority}: {head.status} {head.reason}")
     if reader.buffered():
         raise http.client.HTTPException("the proxy sent bytes after accepting the tunnel")
 
@@ -377,19 +410,118 @@ class _Connection:
 
 
 # -- reading answers -----------------------------------------------------------------------------
+#
+# One parser, for the answers to requests (read whole) and for streams (read as they come):
+# each rule of RFC 9112 a client reading its own answers needs is written once, below, and
+# follows h11 wherever h11 has a rule (tests/unit/test_transport_h11.py holds it to that on
+# generated answers cut at random receive boundaries). Only the header fields that frame the
+# body or are read (Connection, Content-Length, Transfer-Encoding, Retry-After) are checked
+# value by value; any other line must be `name: value` with no blank before the colon, and is
+# skipped (h11 also checks its name and value characters, which change nothing read here).
 
-# The only headers an answer is read for; the apiserver sends about ten per answer.
-_WANTED = {name.encode(): name for name in
-           ("connection", "transfer-encoding", "content-length", "retry-after")}
+_WANTED = frozenset((b"connection", b"content-length", b"transfer-encoding", b"retry-after"))
+_STATUS_LINE = re.compile(rb"HTTP/([0-9]\.[0-9]) ([0-9]{3})(?: (.*))?", re.DOTALL)
+_BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a head (or trailer): lines end in LF or CRLF
+_FIELD_VALUE = re.compile(rb"[^\x00\s]+(?:[ \t]+[^\x00\s]+)*|")  # RFC 9110 5.5, as h11 reads it
+_HEX = b"0123456789abcdefABCDEF"
+_MAX_DIGITS = 20  # of a Content-Length or a chunk size (h11's limit too)
+
+
+class Head(NamedTuple):
+    """The status line of an answer and what its header fields say."""
+
+    version: str              # "1.1"
+    status: int
+    reason: str
+    length: int | None        # Content-Length
+    chunked: bool             # Transfer-Encoding: chunked
+    close: bool               # the connection ends after this answer (Connection: close, 1.0)
+    retry_after: str | None   # the Retry-After header, if any (the last one)
+
+
+def _parse_head(lines: list[bytes]) -> Head:
+    """A head from its lines (line breaks removed); raises http.client's exceptions."""
+    if not lines:
+        raise http.client.BadStatusLine("an empty line where the status line belongs")
+    matched = _STATUS_LINE.fullmatch(lines[0])
+    if matched is None or matched[2] < b"100":
+        raise http.client.BadStatusLine(repr(lines[0][:100]))
+    if matched[2] == b"101":  # no request here ever asks to switch protocols
+        raise http.client.HTTPException("101 Switching Protocols, and no upgrade was asked")
+    if len(lines) > MAX_HEADERS + 1:
+        raise http.client.HTTPException(f"more than {MAX_HEADERS} headers")
+    version = matched[1]
+    length, chunked, close, retry_after = _fields(lines[1:])
+    return Head(version.decode(), int(matched[2]), (matched[3] or b"").decode("latin-1"),
+                length, chunked, close or version < b"1.1", retry_after)
+
+
+def _fields(lines: list[bytes]) -> tuple[int | None, bool, bool, str | None]:
+    """What header (or trailer) lines say: (Content-Length, chunked, Connection: close,
+    Retry-After); raises http.client.HTTPException for a line that is no field, or a field
+    read here whose value is malformed."""
+    length: bytes | None = None
+    chunked = close = False
+    retry_after: bytes | None = None
+    if any(line[:1] in (b" ", b"\t") for line in lines):
+        lines = _unfolded(lines)
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        if not colon or name[-1:] in (b"", b" ", b"\t"):
+            raise http.client.HTTPException(f"not a header field: {line[:100]!r}")
+        name = name.lower()
+        if name not in _WANTED:
+            continue
+        value = value.strip(b" \t")
+        if _FIELD_VALUE.fullmatch(value) is None:
+            raise http.client.HTTPException(f"a control character in {name.decode()}")
+        if name == b"content-length":
+            length = _content_length(value, length)
+        elif name == b"transfer-encoding":
+            if chunked or value.lower() != b"chunked":  # as h11: chunked, once, and only
+                raise http.client.HTTPException(
+                    f"unsupported Transfer-Encoding: {value[:40]!r}")
+            chunked = True
+        elif name == b"connection":
+            close = close or b"close" in [token.strip(b" \t").lower()
+                                          for token in value.split(b",")]
+        else:
+            retry_after = value
+    return (None if length is None else int(length), chunked, close,
+            None if retry_after is None else retry_after.decode("latin-1"))
+
+
+def _unfolded(fields: list[bytes]) -> list[bytes]:
+    """Header lines with obsolete line folding undone: a line that starts with a blank
+    continues the one before (RFC 9112 5.2: replaced by one space)."""
+    if fields[0][:1] in (b" ", b"\t"):
+        raise http.client.HTTPException("a continuation line before any header field")
+    out: list[bytes] = []
+    for line in fields:
+        if line[:1] in (b" ", b"\t"):
+            out[-1] += b" " + line.lstrip(b" \t")
+        else:
+            out.append(line)
+    return out
+
+
+def _content_length(value: bytes, seen: bytes | None) -> bytes:
+    """The digits of a Content-Length field; a list of equal lengths is one (RFC 9110 8.6)."""
+    lengths = {part.strip(b" \t") for part in value.split(b",")}
+    length = lengths.pop()
+    if lengths or not length.isdigit() or len(length) > _MAX_DIGITS:
+        raise http.client.HTTPException(f"not a Content-Length: {value[:40]!r}")
+    if seen is not None and seen != length:
+        raise http.client.HTTPException("two different Content-Length fields")
+    return length
 
 
 class _Reader:
-    """HTTP/1.x answers parsed from what the socket delivers, buffered here.
-
-    Only what RFC 9112 asks of a client reading the answer to its own request: interim 1xx
-    answers skipped, the body framed by chunked transfer coding, else by Content-Length, else
-    by the end of the connection. A timeout leaves the reader as it was (a stream may be read
-    on after one). A malformed answer raises http.client's exceptions.
+    """What the socket delivers, buffered, and the framing read off it: heads, chunk sizes,
+    the CRLF that ends a chunk, trailers, and bytes of a body (see `_Body` for where a body
+    ends). A read waits for all it needs before it consumes any of it, so a timeout leaves
+    the reader as it was (a stream may be read on after one). At the end of the connection
+    where more is needed, and for anything malformed, raises http.client's exceptions.
     """
 
     def __init__(self, sock: socket.socket) -> None:
@@ -404,104 +536,90 @@ class _Reader:
 
     def response(self, method: str) -> tuple[Response, bool]:
         """One whole answer: (the response, whether the connection may be reused)."""
-        status, reason, fields = self.head()
-        keep_alive = fields.get("version") == "HTTP/1.1" and \
-            "close" not in fields.get("connection", "").lower()
-        if method == "HEAD" or status in (204, 304):
-            body = b""
-        elif "chunked" in fields.get("transfer-encoding", "").lower():
-            body = self._chunked()
-        elif "content-length" in fields:
-            body = self.exactly(_number(fields["content-length"], 10))
-        else:
-            body, keep_alive = self.to_end(), False
-        return Response(status, reason, body, fields.get("retry-after")), keep_alive
+        head = self.head()
+        body = _Body(method, head)
+        return (Response(head.status, head.reason, body.rest(self), head.retry_after),
+                body.reusable)
 
-    def head(self) -> tuple[int, str, dict[str, str]]:
-        """The status, reason and wanted headers of the final (non-1xx) answer; the headers
-        also hold "version"."""
-        while True:  # the common case: the head arrives in one recv, and is split at once
-            if not self.buffered():
-                self.fill()  # at the end, the line by line path below says so
-            whole = self._whole_head()
-            if whole is None:
-                break
-            if whole[0] >= 200:
-                return whole
+    def head(self) -> Head:
+        """The head of the final (non-1xx) answer; interim 1xx ones are skipped."""
         while True:
-            line = self.line()
-            if not line:
+            if not self.buffered() and not self.fill():
                 raise http.client.RemoteDisconnected("the server closed the connection "
                                                      "without an answer")
-            version, _, rest = line.partition(b" ")
-            code, _, reason = rest.partition(b" ")
-            if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
-                raise http.client.BadStatusLine(repr(line[:100]))
-            status = int(code)
-            fields = self.fields()
-            if status >= 200:
-                break
-        fields["version"] = version.decode("latin-1")
-        return status, reason.strip().decode("latin-1"), fields
+            head = _parse_head(self.lines())
+            if head.status >= 200:
+                return head
 
-    def _whole_head(self) -> tuple[int, str, dict[str, str]] | None:
-        """The next head at once, when all of it is buffered with CRLF line ends, a status line
-        and at most MAX_HEADERS headers (the common case: a write's answer comes in one recv);
-        else None, nothing consumed, and the line by line path reads it (and raises what it
-        raises)."""
-        try:
-            end = self._buf.index(b"\r\n\r\n", self._pos)
-        except ValueError:  # not all of it yet
-            return None
-        lines = self._buf[self._pos:end].split(b"\r\n")
-        version, _, rest = lines[0].partition(b" ")
-        code, _, reason = rest.partition(b" ")
-        # No line can be longer than MAX_LINE here: they are all in what one recv brought.
-        if (len(lines) > MAX_HEADERS + 1 or not version.startswith(b"HTTP/1.")
-                or len(code) != 3 or not code.isdigit()
-                or self._buf.count(b"\n", self._pos, end) != len(lines) - 1):  # a bare LF
-            return None
-        found: dict[str, str] = {"version": version.decode("latin-1")}
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            wanted = _WANTED.get(name.strip().lower()) if colon else None
-            if wanted is not None:
-                found[wanted] = value.strip().decode("latin-1")
-        self._pos = end + 4
-        return int(code), reason.strip().decode("latin-1"), found
-
-    def fields(self) -> dict[str, str]:
-        """Header lines up to the blank one; only the wanted ones kept, by lower-case name."""
-        found: dict[str, str] = {}
-        for _ in range(MAX_HEADERS + 1):
-            line = self.line()
-            if line in (b"\r\n", b"\n"):
-                return found
-            if not line:
-                raise http.client.IncompleteRead(b"")  # the connection ended inside the head
-            name, colon, value = line.partition(b":")
-            wanted = _WANTED.get(name.strip().lower()) if colon else None
-            if wanted is not None:
-                found[wanted] = value.strip().decode("latin-1")
-        raise http.client.HTTPException(f"more than {MAX_HEADERS} headers")
-
-    def line(self) -> bytes:
-        """The next line with its line break (b"" at the end of the connection, or what was
-        left of a last line without one)."""
+    def lines(self) -> list[bytes]:
+        """The lines up to the next blank one (a head, or a trailer), without their line
+        breaks (LF or CRLF), consumed."""
+        scanned = 0  # bytes after _pos searched for the blank line (and counted)
+        line_start = 0  # where the last line begins, after _pos
+        breaks = 0  # line breaks among the bytes scanned
         while True:
-            end = self._buf.find(b"\n", self._pos)
-            if end >= 0:
-                line = self._buf[self._pos:end + 1]
-                self._pos = end + 1
-                if len(line) > MAX_LINE:
-                    raise http.client.LineTooLong("header line")
-                return line
-            if self.buffered() > MAX_LINE:
+            buf, pos = self._buf, self._pos
+            if buf.startswith(b"\n", pos) or buf.startswith(b"\r\n", pos):
+                self._pos = buf.index(b"\n", pos) + 1
+                return []
+            end = _BLANK_LINE.search(buf, pos + max(scanned - 2, 0))
+            if end is not None:
+                break
+            # Not all of it yet: the limits hold on what is buffered, then wait for more.
+            start = pos + scanned
+            last = buf.rfind(b"\n", start)
+            if last >= 0:
+                line_start = last + 1 - pos
+            breaks += buf.count(b"\n", start)
+            scanned = len(buf) - pos
+            if scanned - line_start > MAX_LINE:
                 raise http.client.LineTooLong("header line")
+            if breaks > MAX_HEADERS + 1:
+                raise http.client.HTTPException(f"more than {MAX_HEADERS} headers")
             if not self.fill():
-                line = self._buf[self._pos:]
-                self._buf, self._pos = b"", 0
-                return line
+                raise http.client.IncompleteRead(b"")  # the connection ended inside a head
+        block = buf[pos:end.start() + 1]  # every line with its line break
+        self._pos = end.end()
+        if block.count(b"\n") == block.count(b"\r\n"):  # the common case: CRLF throughout
+            lines = block.split(b"\r\n")
+        else:
+            lines = [line[:-1] if line.endswith(b"\r") else line
+                     for line in block.split(b"\n")]
+        del lines[-1]
+        if len(block) > MAX_LINE - 2 and max(map(len, lines)) > MAX_LINE - 2:
+            raise http.client.LineTooLong("header line")
+        return lines
+
+    def chunk_size(self) -> int:
+        """The size in the next chunk's size line (RFC 9112 7.1: hex digits, then perhaps
+        extensions, which are ignored), consumed; 0 for the last chunk."""
+        buf, pos = self._buf, self._pos
+        eol = buf.find(b"\r\n", pos)
+        while eol < 0:
+            scanned = len(buf) - pos
+            if scanned > MAX_LINE:
+                raise http.client.LineTooLong("chunk size line")
+            if not self.fill():
+                raise http.client.IncompleteRead(b"")
+            buf, pos = self._buf, self._pos
+            eol = buf.find(b"\r\n", pos + max(scanned - 1, 0))
+        line = buf[pos:eol]
+        size, semicolon, _ = line.partition(b";")
+        if not semicolon:
+            size = size.rstrip(b" \t")
+        if not size or size.strip(_HEX) or len(size) > _MAX_DIGITS or b"\n" in line:
+            raise http.client.HTTPException(f"not a chunk size line: {line[:40]!r}")
+        self._pos = eol + 2
+        return int(size, 16)
+
+    def chunk_end(self) -> None:
+        """The CRLF after a chunk's data, consumed."""
+        while self.buffered() < 2:
+            if not self.fill():
+                raise http.client.IncompleteRead(b"")
+        if not self._buf.startswith(b"\r\n", self._pos):
+            raise http.client.HTTPException("a chunk not followed by CRLF")
+        self._pos += 2
 
     def some(self, limit: int) -> bytes:
         """Up to `limit` bytes (at least one, waiting for them), b"" at the end."""
@@ -538,40 +656,6 @@ class _Reader:
         self._buf, self._pos = b"", 0
         return data
 
-    def whole_chunk(self) -> bytes | None:
-        """The next chunk's data when all of it, with its size line and CRLF, is buffered and
-        it is not the last one (a watch event, as the server sends it); else None, nothing
-        consumed."""
-        buf, pos = self._buf, self._pos
-        try:
-            eol = buf.index(b"\r\n", pos)
-            size = int(buf[pos:eol], 16)  # an extension, say: the slow path reads it
-        except ValueError:
-            return None
-        start = eol + 2
-        if size > 0 and buf[start + size:start + size + 2] == b"\r\n":
-            self._pos = start + size + 2
-            return buf[start:start + size]
-        return None
-
-    def chunk_size(self) -> int:
-        """The size of the next chunk (0: the last one, its trailer read too)."""
-        size = _number(self.line().split(b";", 1)[0], 16)
-        if size == 0:
-            self.fields()  # the trailer, up to its blank line
-        return size
-
-    def chunk_end(self) -> None:
-        if self.line() not in (b"\r\n", b"\n"):
-            raise http.client.HTTPException("a chunk not followed by CRLF")
-
-    def _chunked(self) -> bytes:
-        chunks = []
-        while size := self.chunk_size():
-            chunks.append(self.exactly(size))
-            self.chunk_end()
-        return b"".join(chunks)
-
     def fill(self) -> bool:
         """Receive what the socket has (waiting up to its timeout); False at its end."""
         data = self._sock.recv(_RECV)
@@ -586,35 +670,74 @@ class _Reader:
         return True
 
 
-def _number(text: str | bytes, base: int) -> int:
-    try:
-        value = int(text.strip(), base)
-    except ValueError:
-        raise http.client.HTTPException(f"not a number: {text[:40]!r}") from None
-    if value < 0:
-        raise http.client.HTTPException(f"a negative length: {value}")
-    return value
+class _Body:
+    """Where one answer's body ends, the one place that decides it (RFC 9112 6.3): no body
+    (a HEAD request, 204, 304); chunked; after Content-Length bytes; else with the
+    connection."""
+
+    def __init__(self, method: str, head: Head) -> None:
+        self.chunked = False
+        # Bytes left: of the body, or (chunked) of the chunk being read; None: up to the end
+        # of the connection.
+        self.left: int | None
+        if method == "HEAD" or head.status in (204, 304):
+            self.left = 0
+        elif head.chunked:
+            self.chunked, self.left = True, 0
+        else:
+            self.left = head.length
+        self.ended = self.left == 0 and not self.chunked
+        self.reusable = not head.close and self.left is not None  # the connection, after it
+        self._crlf_due = False  # a chunk's data was read, its CRLF not yet
+
+    def read(self, reader: _Reader, limit: int = _RECV) -> bytes:
+        """The next bytes of the body (at most `limit`, at least one, waiting for them);
+        b"" at its end."""
+        if self.ended:
+            return b""
+        if self.chunked and not self.left:
+            if self._crlf_due:
+                reader.chunk_end()
+                self._crlf_due = False
+            self.left = reader.chunk_size()
+            if not self.left:
+                _fields(reader.lines())  # the trailer: checked as a head's fields, unused
+                self.ended = True
+                return b""
+        if self.left is None:
+            data = reader.some(limit)
+            self.ended = not data
+            return data
+        data = reader.some(min(self.left, limit))
+        if not data:
+            raise http.client.IncompleteRead(b"", self.left)
+        self.left -= len(data)
+        if not self.left:
+            self._crlf_due = self.chunked
+            self.ended = not self.chunked
+        return data
+
+    def rest(self, reader: _Reader) -> bytes:
+        """All that is left of the body."""
+        if not self.chunked and self.left:  # received whole, into one buffer
+            data, self.left, self.ended = reader.exactly(self.left), 0, True
+            return data
+        parts = []
+        while data := self.read(reader):
+            parts.append(data)
+        return b"".join(parts)
 
 
 class Stream:
     """An answer read as it arrives, on a connection of its own (a watch)."""
 
-    def __init__(self, conn: _Connection, method: str, status: int, reason: str,
-                 fields: dict[str, str]) -> None:
+    def __init__(self, conn: _Connection, method: str, head: Head) -> None:
         self._conn = conn
-        self.status = status
-        self.reason = reason
-        self.retry_after = fields.get("retry-after")
+        self.status = head.status
+        self.reason = head.reason
+        self.retry_after = head.retry_after
         self.connection = conn.describe()
-        # How the body ends: chunked, after `_left` bytes, or with the connection.
-        self._chunked = "chunked" in fields.get("transfer-encoding", "").lower()
-        self._left: int | None = None
-        if method == "HEAD" or status in (204, 304):
-            self._left = 0
-        elif not self._chunked and "content-length" in fields:
-            self._left = _number(fields["content-length"], 10)
-        self._chunk_left = 0
-        self._ended = False
+        self._body = _Body(method, head)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -624,43 +747,13 @@ class Stream:
         return self._conn.reader.last_byte_at
 
     def read(self, timeout: float) -> bytes:
-        """The next bytes of the body, b"" at its end. Raises TimeoutError when no byte came
-        for `timeout` seconds; the stream can be read on after that."""
-        if self._ended:
+        """The next bytes of the body (a whole chunk, when one is buffered), b"" at its end.
+        Raises TimeoutError when no byte came for `timeout` seconds; the stream can be read
+        on after that."""
+        if self._body.ended:
             return b""
-        reader = self._conn.reader
         self._conn.sock.settimeout(timeout)
-        if self._left is not None and not self._chunked:
-            data = reader.some(self._left) if self._left else b""
-            self._left -= len(data)
-            if not self._left:
-                self._ended = True
-            elif not data:
-                raise http.client.IncompleteRead(b"", self._left)
-            return data
-        if not self._chunked:
-            data = reader.some(_RECV)
-            self._ended = not data
-            return data
-        while True:
-            if self._chunk_left == 0:
-                if not reader.buffered():
-                    reader.fill()  # the next chunk, waited for (at the end: see chunk_size)
-                whole = reader.whole_chunk()
-                if whole is not None:
-                    return whole
-                size = reader.chunk_size()
-                if size == 0:
-                    self._ended = True
-                    return b""
-                self._chunk_left = size
-            data = reader.some(self._chunk_left)
-            if not data:
-                raise http.client.IncompleteRead(b"", self._chunk_left)
-            self._chunk_left -= len(data)
-            if self._chunk_left == 0:
-                reader.chunk_end()
-            return data
+        return self._body.read(self._conn.reader)
 
     def read_all(self, timeout: float) -> bytes:
         """The rest of the body (an error's answer)."""

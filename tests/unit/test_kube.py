@@ -478,7 +478,8 @@ class Watching:
 
 
 def test_a_watch_yields_one_event_per_line_across_chunks() -> None:
-    server = Watching([b'{"type": "ADDED", "n": 1}\n{"type"', b': "MODIFIED", "n": 2}\n\n',
+    server = Watching([b'{"type": "ADDED", "n": 0}\n',  # one event, one chunk: the usual
+                       b'{"type": "ADDED", "n": 1}\n{"type"', b': "MODIFIED", "n": 2}\n\n',
                        b'{"type": "DELETED", "n": 3}'])
     server.release.set()
     try:
@@ -487,7 +488,7 @@ def test_a_watch_yields_one_event_per_line_across_chunks() -> None:
         stream.close()
     finally:
         server.stop()
-    assert [e["n"] for e in events] == [1, 2, 3]
+    assert [e["n"] for e in events] == [0, 1, 2, 3]
     assert server.paths == ["/api/v1/configmaps?resourceVersion=7&watch=true"]
     assert server.kube.counts() == {("watch", "configmaps", 200): 1}
 

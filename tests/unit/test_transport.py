@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from configmirror import transport
 from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
 from configmirror.transport import (
     CONNECT_TIMEOUT,
@@ -129,7 +130,16 @@ def answer(raw: bytes, method: str = "GET", delivery: str = "socket",
     (b"HTTP/1.1 200 OK\nContent-Length: 2\n\n{}", b"{}", True),           # bare LF lines
     (b"HTTP/1.1 200 OK\nContent-Length: 2\r\n\r\n{}", b"{}", True),       # and mixed
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-     b" 2 \r\nab\r\n0x1\r\nc\r\n0\r\n\r\n", b"abc", True),             # sizes as int() reads
+     b"2 \r\nab\r\n01;x=y\r\nc\r\n0\r\n\r\n", b"abc", True),       # blanks after a size
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\ncontent-length: 2\r\n\r\n{}", b"{}",
+     True),                                                              # one length, repeated
+    (b"HTTP/1.1 200 OK\r\nConnection: x-close\r\nConnection: keep-alive\r\n"
+     b"Content-Length: 0\r\n\r\n", b"", True),                          # close is a token
+    (b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: \t close\r\n"
+     b"Content-Length: 0\r\n\r\n", b"", False),                         # in any of them
+    (b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  folded\r\nContent-Length: 1\r\n\r\nx", b"x", True),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n"
+     b"1\r\nx\r\n0\r\n\r\n", b"x", True),                                # chunked wins
     (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n", b"", True),  # 204: no body
     (b"HTTP/1.1 304 Not Modified\r\n\r\n", b"", True),
 ])
@@ -176,6 +186,23 @@ def test_a_large_body_arrives_whole() -> None:
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX\r\n0\r\n\r\n",
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",  # a chunk cut short
     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n",               # cut inside the head
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n 2\r\nab\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x1\r\na\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\na\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\n{}",      # digits only
+    b"HTTP/1.1 200 OK\r\nContent-Length: 1_0\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\n{}",     # two lengths
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\n{}",       # a blank before the colon
+    b"HTTP/1.1 200 OK\r\nno colon\r\nContent-Length: 2\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\n folded first\r\nContent-Length: 2\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n",  # checked without a body too
+    b"HTTP/1.1 099 Low\r\n\r\n",                                 # no status below 100
+    b"HTTP/1.1 101 Switching Protocols\r\n\r\n",                 # no upgrade was asked
+    b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",       # a blank line first
 ])
 @pytest.mark.parametrize("delivery", DELIVERIES)
 def test_a_broken_answer_is_an_http_error(raw: bytes, delivery: str) -> None:
@@ -194,10 +221,7 @@ def test_an_answer_cut_in_two_anywhere_reads_as_it_does_whole(raw: bytes) -> Non
         assert answer(raw, pieces=Pieces(raw[:cut], raw[cut:])) == whole, cut
 
 
-def test_an_answer_that_arrives_whole_is_split_at_once_not_read_line_by_line(
-        mocker: Any) -> None:
-    # What a fan-out costs per write: the answer to each comes in one receive.
-    mocker.patch.object(_Reader, "line", side_effect=AssertionError("read line by line"))
+def test_an_answer_with_the_most_headers_in_one_receive_keeps_what_it_says() -> None:
     raw = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nAudit-Id: 1\r\n"
            + b"X-N: 1\r\n" * (MAX_HEADERS - 3) + b"retry-after: 2\r\n"
            b"Content-Length: 2\r\n\r\n{}")
@@ -655,6 +679,32 @@ def test_tls_verifies_the_server_against_the_ca_data(
                                      "certificate-authority-data": b64(pki.ca)}))
 
 
+def test_the_endpoint_and_its_tls_context_are_built_once_per_configuration(
+        tls_server: TLSServer, pki: Pki, tmp_path: Path, mocker: Any) -> None:
+    built = mocker.spy(transport, "tls_context")
+    configuration = load_configuration(kubeconfig(
+        tmp_path, {"server": f"https://127.0.0.1:{tls_server.port}",
+                   "certificate-authority": str(pki.ca)}))
+    kube = Kube(configuration)  # connects with what load_configuration checked
+    try:
+        assert kube.request("get", "/version")
+    finally:
+        kube.close()
+    assert built.call_count == 1
+    assert endpoint(configuration) is endpoint(configuration)
+
+
+def test_a_configuration_changed_after_its_endpoint_was_built_gets_a_new_one(pki: Pki) -> None:
+    configuration = client.Configuration(host="https://127.0.0.1:1")
+    configuration.ssl_ca_cert = str(pki.ca)
+    first = endpoint(configuration)
+    assert first.verifies_tls
+    configuration.verify_ssl = False
+    assert not endpoint(configuration).verifies_tls
+    configuration.host = "https://127.0.0.1:2"
+    assert endpoint(configuration).address == ("127.0.0.1", 2)
+
+
 def test_a_ca_directory_is_refused_at_start_naming_the_field(pki: Pki, tmp_path: Path) -> None:
     config = kubeconfig(tmp_path, {"server": "https://127.0.0.1:1",
                                    "certificate-authority": str(pki.ca.parent)}, name="dev")
@@ -953,8 +1003,7 @@ def stream_of(sock: socket.socket, method: str = "GET") -> Stream:
     """The Stream of the answer `sock` is receiving (its head read here)."""
     sock.settimeout(5)
     conn = _Connection(sock, 5)
-    status, reason, fields = conn.reader.head()
-    return Stream(conn, method, status, reason, fields)
+    return Stream(conn, method, conn.reader.head())
 
 
 def test_a_stream_with_no_body_ends_at_once() -> None:
@@ -1032,8 +1081,7 @@ def test_a_chunked_stream_cut_in_two_anywhere_reads_the_same_body() -> None:
 
 
 @pytest.mark.parametrize("together", [False, True], ids=["a receive each", "one receive"])
-def test_whole_chunks_of_a_stream_are_sliced_out_not_read_line_by_line(
-        mocker: Any, together: bool) -> None:
+def test_a_stream_read_gives_a_whole_chunk_when_one_is_buffered(together: bool) -> None:
     # What a watch costs per event: the server sends each as one chunk, in one receive, or
     # a burst of them in one.
     events = [b'{"type": "ADDED"}\n', b"y" * 300 + b"\n", b"\n"]
@@ -1041,7 +1089,6 @@ def test_whole_chunks_of_a_stream_are_sliced_out_not_read_line_by_line(
     stream = stream_of(Pieces(  # type: ignore[arg-type]
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
         *([b"".join(chunks)] if together else chunks)))
-    mocker.patch.object(_Reader, "chunk_size", side_effect=AssertionError("line by line"))
     assert [stream.read(5) for _ in events] == events
 
 
@@ -1075,13 +1122,12 @@ def test_a_stream_names_its_connection_by_both_addresses(
         stream.close()
 
 
-def test_a_line_is_returned_as_soon_as_its_end_arrives() -> None:
+def test_a_head_is_returned_as_soon_as_its_blank_line_arrives() -> None:
     ours, theirs = socket.socketpair()
     try:
         ours.settimeout(1)
-        theirs.sendall(b"\nHTTP/1.1")  # a bare LF first in what one recv brings
-        reader = _Reader(ours)
-        assert reader.line() == b"\n"
+        theirs.sendall(b"HTTP/1.1 200 OK\n\nHTTP/1.1")  # more follows, not yet its end
+        assert _Reader(ours).head().status == 200
     finally:
         theirs.close()
         ours.close()
@@ -1201,17 +1247,32 @@ def test_a_head_cut_short_is_an_incomplete_read() -> None:
         answer(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n")
 
 
-def test_a_line_split_across_receives_is_put_together() -> None:
+def test_a_head_split_across_receives_is_put_together_after_a_timeout() -> None:
     ours, theirs = socket.socketpair()
     try:
         reader = _Reader(ours)
         theirs.sendall(b"HTTP/1.1 2")
         ours.settimeout(0.05)
         with pytest.raises(TimeoutError):
-            reader.line()  # the first part is in, its end is not
-        theirs.sendall(b"00 OK\r\n")
+            reader.head()  # the first part is in, its end is not
+        theirs.sendall(b"00 OK\r\nRetry-After: 1\r\n\r\n")
         ours.settimeout(5)
-        assert reader.line() == b"HTTP/1.1 200 OK\r\n"
+        assert reader.head().retry_after == "1"
+    finally:
+        theirs.close()
+        ours.close()
+
+
+def test_a_chunk_whose_crlf_is_late_is_read_on_after_a_timeout() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc")
+        stream = stream_of(ours)
+        assert stream.read(5) == b"abc"
+        with pytest.raises(TimeoutError):
+            stream.read(0.05)  # the chunk's CRLF has not come
+        theirs.sendall(b"\r\n2\r\nde\r\n0\r\n\r\n")
+        assert stream.read_all(5) == b"de"
     finally:
         theirs.close()
         ours.close()
