@@ -75,6 +75,9 @@ MARK_MEANINGS = {
     "RELEASED_FROM": ("annotation", "`NAMESPACE/NAME`", "on a released replica "
                       "(`on-delete: retain`): the source it came from; the object is its "
                       "namespace's own"),
+    "ADMITTED": ("annotation", "`data/KEY, ...`", "only where admission changed a field "
+                 "configmirror writes: the fields' names (never their values), so `plan`, "
+                 "`status`, `wait` and a restart count the replica in sync as `run` does"),
 }
 
 
