@@ -152,8 +152,10 @@ def flags_page() -> str:
     for name, command in sub.choices.items():
         helps = {c.dest: c.help for c in sub._choices_actions}
         positionals = [a.metavar or a.dest for a in command._actions if not a.option_strings]
+        codes = re.findall(r"^  (\d+)  (.+)$", (command.epilog or "").split("\n\n")[0], re.M)
         commands.append([f"`configmirror {' '.join([name, *map(str, positionals)])}`",
-                         helps.get(name) or ""])
+                         helps.get(name) or "",
+                         "; ".join(f"{code}: {meaning}" for code, meaning in codes)])
         for action in command._actions:
             if not action.option_strings or isinstance(action, argparse._HelpAction):
                 continue
@@ -193,7 +195,7 @@ def flags_page() -> str:
              "`--flag=true|false` and `--no-flag`, or in the environment `true`, `false`, "
              "`1`, `0`, `yes`, `no`. Durations are Go's (`90s`, `10m`, `1h30m`; a bare "
              "number is seconds).\n\n## Commands\n\n")
-    page += _table(["command", "what it does"], commands)
+    page += _table(["command", "what it does", "exit codes"], commands)
     page += ("\n## Flags\n\nThe default is the program's; the column `deploy/` is what "
              "`deploy/deployment.yaml` (and the chart, by default) passes.\n\n")
     page += _table(["flag", "environment", "default", "deploy/", "commands", "meaning"],
