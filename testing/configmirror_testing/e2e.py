@@ -1,8 +1,9 @@
 """What the end-to-end tests share beyond the cluster (configmirror_testing.cluster): the
 operators one test starts and stops (or the deployed one, in-cluster), small readers of what
 the operator wrote, an identity with narrow RBAC, a kind cluster that pulls from a registry of
-the test's own, and a test module run in a pytest of its own. The fixtures that hand these out
-are the suite's (tests/).
+the test's own, which of a suite's tests each operator flavour runs, and a test module run in a
+pytest of its own (the release's node tests, until they become flavours too). The fixtures that
+hand these out are the suite's (tests/).
 """
 
 from __future__ import annotations
@@ -21,21 +22,38 @@ from kubernetes import client
 
 from configmirror_testing.cluster import REPO, Cluster, require_kind, unique_name
 from configmirror_testing.kind import KindCluster, owned_name
+from configmirror_testing.nodeinstalls import Install
 from configmirror_testing.objects import configmap
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.wait import wait_for
 
-__all__ = ["COSIGN_PASSWORD", "IN_CLUSTER", "NODE_TIER", "RELEASE_PATH", "REMOVAL_TIMEOUT",
+__all__ = ["COSIGN_PASSWORD", "DEPLOYED_FLAVOURS", "IN_CLUSTER", "NODE_TIER", "RELEASE_PATH",
            "Flavour", "InClusterOperator", "Operator", "Operators", "cluster_pulling_from",
            "configmap", "events", "operator_writes", "read", "requests_into",
            "restart_writes_nothing", "restricted_operator_identity", "run_test_module",
-           "wait_replica"]
+           "runs_against", "wait_replica"]
 
 Operator = OperatorProcess
 IN_CLUSTER = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
-# How long a removal may take: the suite's own operators remove at once (--delete-grace=0s,
-# below); a deployed one waits out deploy/'s grace (60 s) first.
-REMOVAL_TIMEOUT = 100.0 if IN_CLUSTER else 10.0
+
+# The flavours whose operator is a deployed one (not ours to start, stop or read the /metrics
+# of: their tests marked `operator_process` are deselected), and whether the tests marked
+# `grace` run against each. Those wait out a removal's delete grace, a minute each where the
+# install ships its 60 s: make kind-test runs them against deploy/ (in-cluster), the node tier
+# against the chart installed with a grace of 2 s (kind-chart), and not against deploy/ there.
+DEPLOYED_FLAVOURS = {"in-cluster": True, "kind-deploy": False, "kind-chart": True}
+
+
+def runs_against(flavour: str | None, item: pytest.Item) -> bool:
+    """Whether a test (`item`) runs against operator flavour `flavour` (None: a test that
+    takes none, against the suite's own processes, or with CONFIGMIRROR_E2E_OPERATOR's)."""
+    if flavour is None and IN_CLUSTER:
+        flavour = "in-cluster"
+    if flavour not in DEPLOYED_FLAVOURS:
+        return True
+    if item.get_closest_marker("operator_process"):
+        return False
+    return DEPLOYED_FLAVOURS[flavour] or item.get_closest_marker("grace") is None
 
 
 class InClusterOperator:
@@ -69,12 +87,17 @@ class InClusterOperator:
 @dataclass(frozen=True)
 class Flavour:
     """The operator a suite runs against: a local process on `cluster` as `identity` (the
-    cluster's admin when None), or (`deployed`) the one installed in the cluster."""
+    cluster's admin when None), or (`deployed`) the one installed in the cluster: in the node
+    tier, `install` (configmirror_testing.nodeinstalls). `removal_timeout`: how long a removal
+    may take; the suite's own operators remove at once (--delete-grace=0s, below), a deployed
+    one waits out its grace first (deploy/'s is 60 s)."""
 
     name: str
     cluster: Cluster
     identity: Path | None = None
     deployed: bool = False
+    install: Install | None = None
+    removal_timeout: float = 10.0
 
     def operators(self, folder: Path) -> Operators:
         return Operators(self.cluster, folder, self.identity, in_cluster=self.deployed)
@@ -245,3 +268,4 @@ def cluster_pulling_from(registry: str, logs: Path) -> Iterator[Cluster]:
     finally:
         kind.stop()
         print(f"kind cluster {kind.name} logs: {logs}")
+
