@@ -1,7 +1,7 @@
 """The installs the node tier deploys on a kind node, each an operator flavour (tests/fixtures.py
-`flavour`): deploy/ with the image under test, and the chart. Each one is installed on entering
-and removed on leaving, so the next can take its place on the same cluster (they share names:
-`configmirror` in `configmirror`).
+`flavour`): deploy/ with the image under test, the chart, and the release's chart from oci://
+and its install.yaml. Each one is installed on entering and removed on leaving, so the next can
+take its place on the same cluster (they share names: `configmirror` in `configmirror`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from configmirror_testing.cluster import REPO, Cluster
 from configmirror_testing.deployed import DeployedOperator
 from configmirror_testing.helm import Helm, cluster_scoped_objects
 from configmirror_testing.kind import KindCluster
+from configmirror_testing.release import Release
 from configmirror_testing.wait import wait_for
 
 __all__ = ["CHART", "NAMESPACE", "RELEASE", "ChartRelease", "DeployOverlay", "Install",
-           "create_install_namespace", "wait_namespace_gone"]
+           "InstallYaml", "OciChart", "create_install_namespace", "wait_namespace_gone"]
 
 CHART = REPO / "charts" / "configmirror"
 RELEASE = NAMESPACE = "configmirror"  # as the README installs it
@@ -143,3 +144,40 @@ class ChartRelease(Install):
             self.cluster.core.delete_namespace(NAMESPACE)
             wait_namespace_gone(self.cluster)
 
+
+class OciChart(Install):
+    """The release's chart, `helm install configmirror oci://...` as the README gives it (the
+    image pulled from the release's registry), into the namespace the README makes first."""
+
+    def __init__(self, cluster: Cluster, helm: Helm, release: Release) -> None:
+        super().__init__(cluster)
+        self.helm = helm
+        self.release = release
+
+    def install(self) -> None:
+        create_install_namespace(self.cluster)
+        self.helm("install", RELEASE, self.release.chart, "--version", self.release.version,
+                  "--plain-http", "--namespace", NAMESPACE, "--wait", "--timeout=10m",
+                  kubeconfig=self.cluster.kubeconfig, timeout=630)
+
+    def uninstall(self) -> None:
+        self.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=5m",
+                  kubeconfig=self.cluster.kubeconfig, timeout=330, check=False)
+        self.cluster.core.delete_namespace(NAMESPACE)
+        wait_namespace_gone(self.cluster)
+
+
+class InstallYaml(Install):
+    """The release's dist/install.yaml, `kubectl apply -f` as the README gives it (the image
+    pulled from the release's registry by digest)."""
+
+    def __init__(self, cluster: Cluster, release: Release) -> None:
+        super().__init__(cluster)
+        self.manifest: Path = release.install_yaml
+
+    def install(self) -> None:
+        self.admin.kubectl("apply", "-f", str(self.manifest))
+
+    def uninstall(self) -> None:
+        self.admin.kubectl("delete", "-f", str(self.manifest), "--wait=true", "--timeout=180s",
+                           "--ignore-not-found", check=False)
