@@ -29,6 +29,7 @@ from hypothesis import settings
 from configmirror_testing import tools
 from configmirror_testing.cluster import (
     REPO,
+    SOURCE_LABEL,
     Cluster,
     Namespaces,
     missing,
@@ -38,6 +39,7 @@ from configmirror_testing.cluster import (
     start_plane,
     unique_name,
 )
+from configmirror_testing.e2e import IN_CLUSTER, runs_against
 
 # The fixtures every tier but unit shares (operators, flavours, the image, helm, kind, a
 # registry, the release): tests/fixtures.py.
@@ -60,17 +62,24 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Against a deployed operator, deselect the tests that need one as a local process."""
-    if os.environ.get("CONFIGMIRROR_E2E_OPERATOR") != "in-cluster":
-        return
-    local = [item for item in items if item.get_closest_marker("operator_process")]
-    if local:
-        config.hook.pytest_deselected(items=local)
-        items[:] = [item for item in items if item not in local]
+    """Deselect the tests an operator flavour does not run (configmirror_testing.e2e
+    runs_against): against a deployed operator, the tests that need one as a local process,
+    and against some, the tests that wait out its grace."""
+    dropped = [item for item in items if not runs_against(flavour_of(item), item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item not in dropped]
+
+
+def flavour_of(item: pytest.Item) -> str | None:
+    """The operator flavour a test runs against (tests/fixtures.py `flavour`), if it takes one."""
+    callspec = getattr(item, "callspec", None)
+    flavour = callspec.params.get("flavour") if callspec is not None else None
+    return None if flavour is None else str(flavour)
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
+def session_cluster() -> Iterator[Cluster]:
     """The session's cluster: the local control plane, or CONFIGMIRROR_E2E_KUBECONFIG's."""
     external = os.environ.get("CONFIGMIRROR_E2E_KUBECONFIG")
     if external:
@@ -81,6 +90,13 @@ def cluster() -> Iterator[Cluster]:
         yield Cluster(plane.kubeconfig, plane)
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(session_cluster: Cluster) -> Cluster:
+    """The cluster a test runs on: the session's, unless its module says otherwise (the
+    node tier's kind clusters; test_replication.py, its flavour's)."""
+    return session_cluster
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +115,12 @@ def uncached_cluster() -> Iterator[Cluster]:
 def namespaces(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Namespaces]:
     """A factory of namespaces owned by this test (named after it, removed after it)."""
     prefix = "t-" + request.node.name.replace("_", "-").replace("[", "-")[:30].strip("-").lower()
-    ns = Namespaces(cluster, "".join(c for c in prefix if c.isalnum() or c == "-"))
+    # A deployed operator honours sources only in namespaces labelled so (deploy/'s
+    # --source-namespace-selector; the chart's and the release's are the same).
+    deployed = IN_CLUSTER or ("flavour" in request.fixturenames
+                              and request.getfixturevalue("flavour").deployed)
+    ns = Namespaces(cluster, "".join(c for c in prefix if c.isalnum() or c == "-"),
+                    source_labels=SOURCE_LABEL if deployed else {})
     try:
         yield ns
     finally:

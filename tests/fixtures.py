@@ -33,17 +33,36 @@ from configmirror_testing.e2e import (
     RELEASE_PATH,
     Flavour,
     Operators,
+    PullingNode,
+    cluster_pulling_from,
 )
 from configmirror_testing.helm import Helm
 from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
+from configmirror_testing.nodeinstalls import (
+    ChartRelease,
+    DeployOverlay,
+    Install,
+    InstallYaml,
+    OciChart,
+)
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.pod import build_image, remove_image
 from configmirror_testing.registry import Registry, registry_missing
 from configmirror_testing.release import Release, generate_key_pair, publish, release_missing
 from configmirror_testing.tools import require_tool
 
-# The operators of a suite that takes `flavour` (test_replication.py): once per flavour.
-FLAVOURS = ["in-cluster"] if IN_CLUSTER else ["process", "deploy-rbac"]
+# The operators of a suite that takes `flavour` (test_replication.py): once per flavour. The
+# node tier's (marked `node`: make cluster-test, not make test) are installs on a kind node:
+# their first test sets up the cluster and the install (the release's: `make release` too),
+# hence the longer timeouts.
+_NODE = [pytest.mark.node, pytest.mark.timeout(1800)]
+_RELEASE_NODE = [pytest.mark.node, pytest.mark.release, pytest.mark.timeout(3600)]
+FLAVOURS = ["in-cluster"] if IN_CLUSTER else [
+    "process", "deploy-rbac",
+    pytest.param("kind-deploy", marks=_NODE), pytest.param("kind-chart", marks=_NODE),
+    pytest.param("kind-release-oci", marks=_RELEASE_NODE),
+    pytest.param("kind-release-yaml", marks=_RELEASE_NODE)]
+DEPLOYED_REMOVAL_TIMEOUT = 100.0  # deploy/'s grace (60 s) and the removal after it
 
 
 @pytest.fixture
@@ -69,11 +88,11 @@ def operator(operators: Operators) -> OperatorProcess:
 # -- shared by several modules ------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def deploy_applied(cluster: Cluster) -> Cluster:
+def deploy_applied(session_cluster: Cluster) -> Cluster:
     """deploy/ applied for real on the local control plane (no kubelet here, so its pods never
     run; its RBAC is real)."""
-    cluster.require_plane().kubectl("apply", "-k", str(REPO / "deploy"))
-    return cluster
+    session_cluster.require_plane().kubectl("apply", "-k", str(REPO / "deploy"))
+    return session_cluster
 
 
 @pytest.fixture(scope="session")
@@ -84,16 +103,50 @@ def deploy_sa_kubeconfig(deploy_applied: Cluster,
                                            tmp_path_factory.mktemp("sa") / "kubeconfig")
 
 
-@pytest.fixture(scope="module", params=FLAVOURS)
-def flavour(request: pytest.FixtureRequest, cluster: Cluster) -> Flavour:
+@pytest.fixture(scope="session", params=FLAVOURS)
+def flavour(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flavour]:
     """The operator a suite that takes this fixture runs against, once per flavour (each test
     reported by name with the flavour's id): a local process as the cluster's admin, one with
-    only deploy/'s ServiceAccount token (its RBAC is enough), or, against a deployed operator
-    (CONFIGMIRROR_E2E_OPERATOR=in-cluster: make kind-test), that one."""
+    only deploy/'s ServiceAccount token (its RBAC is enough), against a deployed operator
+    (CONFIGMIRROR_E2E_OPERATOR=in-cluster: make kind-test) that one, and in the node tier an
+    install on a kind node (configmirror_testing.nodeinstalls): deploy/, the chart, and the
+    release's chart from oci:// and its install.yaml on a node that pulls from the registry.
+
+    Session-scoped, so that pytest runs every test of one flavour (the node tier's modules
+    take theirs too, by `parametrize("flavour", [...], indirect=True)`) before it removes that
+    install and sets up the next: the installs share a cluster and their names."""
     name = str(request.param)
+    if name == "process":
+        yield Flavour(name, request.getfixturevalue("session_cluster"))
+        return
     if name == "deploy-rbac":
-        return Flavour(name, cluster, identity=request.getfixturevalue("deploy_sa_kubeconfig"))
-    return Flavour(name, cluster, deployed=name == "in-cluster")
+        yield Flavour(name, request.getfixturevalue("session_cluster"),
+                      identity=request.getfixturevalue("deploy_sa_kubeconfig"))
+        return
+    if name == "in-cluster":
+        yield Flavour(name, request.getfixturevalue("session_cluster"), deployed=True,
+                      removal_timeout=DEPLOYED_REMOVAL_TIMEOUT)
+        return
+    install: Install
+    if name == "kind-deploy":
+        install = DeployOverlay(request.getfixturevalue("node_cluster"),
+                                request.getfixturevalue("image"),
+                                tmp_path_factory.mktemp("overlay"))
+    elif name == "kind-chart":
+        install = ChartRelease(request.getfixturevalue("node_cluster"),
+                               request.getfixturevalue("helm"), request.getfixturevalue("image"))
+    elif name == "kind-release-oci":
+        install = OciChart(request.getfixturevalue("release_node").cluster,
+                           request.getfixturevalue("helm"), request.getfixturevalue("release"))
+    elif name == "kind-release-yaml":
+        install = InstallYaml(request.getfixturevalue("release_node").cluster,
+                              request.getfixturevalue("release"))
+    else:
+        raise ValueError(f"no operator flavour {name!r}")
+    with install:
+        yield Flavour(name, install.cluster, deployed=True, install=install,
+                      removal_timeout=DEPLOYED_REMOVAL_TIMEOUT)
 
 
 @pytest.fixture(scope="session")
@@ -137,6 +190,16 @@ def node_cluster(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         kind.stop()
         print(f"kind cluster {kind.name} ({tools.node_image}, {kind.provider}) logs: "
               f"{folder / 'logs'}")
+
+
+@pytest.fixture(scope="session")
+def release_node(release: Release, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[PullingNode]:
+    """A kind cluster of its own whose node pulls the release's image from the registry
+    (configmirror_testing.e2e.cluster_pulling_from), and what it held before any install."""
+    with cluster_pulling_from(release.registry.address,
+                              tmp_path_factory.mktemp("node-logs")) as pulling:
+        yield PullingNode.of(pulling)
 
 
 # -- the release (make release) and a registry to publish it to ----------------------------------

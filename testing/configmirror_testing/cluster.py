@@ -22,7 +22,7 @@ from configmirror_testing.objects import service_account_token, token_kubeconfig
 from configmirror_testing.pod import docker_missing
 from configmirror_testing.tools import REPO, missing, require, require_tool
 
-__all__ = ["REPO", "Cluster", "KindTools", "Namespaces", "missing", "require",
+__all__ = ["REPO", "SOURCE_LABEL", "Cluster", "KindTools", "Namespaces", "missing", "require",
            "require_docker", "require_kind", "start_plane", "unique_name"]
 
 
@@ -95,26 +95,34 @@ def start_plane(**options: Any) -> ControlPlane:
     return plane
 
 
+SOURCE_LABEL = {"configmirror.io/source": "true"}  # deploy/'s --source-namespace-selector
+
+
 def unique_name(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
 
 
 class Namespaces:
     """Creates namespaces for one test and removes them afterwards (finalizing them on the
-    bare control plane, where no namespace controller runs)."""
+    bare control plane, where no namespace controller runs). Each gets `source_labels` too
+    unless it is given other values for them: a deployed operator honours sources only in
+    namespaces labelled so (deploy/'s --source-namespace-selector: SOURCE_LABEL); the tests'
+    own operators have no selector. None: SOURCE_LABEL with CONFIGMIRROR_E2E_OPERATOR=in-cluster,
+    else none."""
 
-    def __init__(self, cluster: Cluster, prefix: str) -> None:
+    def __init__(self, cluster: Cluster, prefix: str,
+                 source_labels: dict[str, str] | None = None) -> None:
         self.cluster = cluster
         self.prefix = prefix
+        if source_labels is None:
+            in_cluster = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
+            source_labels = SOURCE_LABEL if in_cluster else {}
+        self.source_labels = dict(source_labels)
         self.created: list[str] = []
 
     def __call__(self, labels: dict[str, str] | None = None, name: str | None = None) -> str:
         name = name or unique_name(self.prefix)
-        labels = dict(labels or {})
-        if os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster":
-            # The deployed operator honours sources only in namespaces labelled so (deploy/'s
-            # --source-namespace-selector); the tests' own operators have no selector.
-            labels.setdefault("configmirror.io/source", "true")
+        labels = {**self.source_labels, **(labels or {})}
         self.cluster.core.create_namespace(client.V1Namespace(
             metadata=client.V1ObjectMeta(name=name, labels=labels)))
         self.created.append(name)

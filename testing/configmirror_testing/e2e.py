@@ -1,16 +1,14 @@
 """What the end-to-end tests share beyond the cluster (configmirror_testing.cluster): the
 operators one test starts and stops (or the deployed one, in-cluster), small readers of what
 the operator wrote, an identity with narrow RBAC, a kind cluster that pulls from a registry of
-the test's own, and a test module run in a pytest of its own. The fixtures that hand these out
-are the suite's (tests/).
+the test's own, and which of a suite's tests each operator flavour runs. The fixtures that hand
+these out are the suite's (tests/).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,23 +17,41 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from configmirror_testing.cluster import REPO, Cluster, require_kind, unique_name
+from configmirror_testing.cluster import Cluster, require_kind, unique_name
 from configmirror_testing.kind import KindCluster, owned_name
+from configmirror_testing.nodeinstalls import Install
 from configmirror_testing.objects import configmap
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.wait import wait_for
 
-__all__ = ["COSIGN_PASSWORD", "IN_CLUSTER", "NODE_TIER", "RELEASE_PATH", "REMOVAL_TIMEOUT",
-           "Flavour", "InClusterOperator", "Operator", "Operators", "cluster_pulling_from",
-           "configmap", "events", "operator_writes", "read", "requests_into",
-           "restart_writes_nothing", "restricted_operator_identity", "run_test_module",
-           "wait_replica"]
+__all__ = ["COSIGN_PASSWORD", "DEPLOYED_FLAVOURS", "IN_CLUSTER", "NODE_TIER", "RELEASE_PATH",
+           "Flavour", "InClusterOperator", "Operator", "Operators", "PullingNode",
+           "cluster_pulling_from", "configmap", "events", "operator_writes", "read",
+           "requests_into", "restart_writes_nothing", "restricted_operator_identity",
+           "runs_against", "wait_replica"]
 
 Operator = OperatorProcess
 IN_CLUSTER = os.environ.get("CONFIGMIRROR_E2E_OPERATOR") == "in-cluster"
-# How long a removal may take: the suite's own operators remove at once (--delete-grace=0s,
-# below); a deployed one waits out deploy/'s grace (60 s) first.
-REMOVAL_TIMEOUT = 100.0 if IN_CLUSTER else 10.0
+
+# The flavours whose operator is a deployed one (not ours to start, stop or read the /metrics
+# of: their tests marked `operator_process` are deselected), and whether the tests marked
+# `grace` run against each. Those wait out a removal's delete grace, a minute each where the
+# install ships its 60 s: make kind-test runs them against deploy/ (in-cluster), the node tier
+# against the chart installed with a grace of 2 s (kind-chart), and not against the others.
+DEPLOYED_FLAVOURS = {"in-cluster": True, "kind-deploy": False, "kind-chart": True,
+                     "kind-release-oci": False, "kind-release-yaml": False}
+
+
+def runs_against(flavour: str | None, item: pytest.Item) -> bool:
+    """Whether a test (`item`) runs against operator flavour `flavour` (None: a test that
+    takes none, against the suite's own processes, or with CONFIGMIRROR_E2E_OPERATOR's)."""
+    if flavour is None and IN_CLUSTER:
+        flavour = "in-cluster"
+    if flavour not in DEPLOYED_FLAVOURS:
+        return True
+    if item.get_closest_marker("operator_process"):
+        return False
+    return DEPLOYED_FLAVOURS[flavour] or item.get_closest_marker("grace") is None
 
 
 class InClusterOperator:
@@ -69,12 +85,17 @@ class InClusterOperator:
 @dataclass(frozen=True)
 class Flavour:
     """The operator a suite runs against: a local process on `cluster` as `identity` (the
-    cluster's admin when None), or (`deployed`) the one installed in the cluster."""
+    cluster's admin when None), or (`deployed`) the one installed in the cluster: in the node
+    tier, `install` (configmirror_testing.nodeinstalls). `removal_timeout`: how long a removal
+    may take; the suite's own operators remove at once (--delete-grace=0s, below), a deployed
+    one waits out its grace first (deploy/'s is 60 s)."""
 
     name: str
     cluster: Cluster
     identity: Path | None = None
     deployed: bool = False
+    install: Install | None = None
+    removal_timeout: float = 10.0
 
     def operators(self, folder: Path) -> Operators:
         return Operators(self.cluster, folder, self.identity, in_cluster=self.deployed)
@@ -205,22 +226,6 @@ def requests_into(cluster: Cluster, user: str, namespace: str) -> list[dict[str,
 NODE_TIER = "configmirror-node"  # the node tier's kind clusters: configmirror-node-<pid>-<hex>
 
 
-def run_test_module(module: Path, env: dict[str, str], *args: str, timeout: float = 1200) -> str:
-    """Run a test module in a pytest of its own (with `env` added, and pytest `args`); assert
-    that every test passed and none failed, errored or skipped; return pytest's summary line."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(module)],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **env}, cwd=REPO,
-        check=False)
-    tail = done.stdout[-3000:]
-    assert done.returncode == 0, tail
-    summary = tail.strip().splitlines()[-1]
-    assert " passed" in summary, tail
-    for bad in ("failed", "error", "skipped"):
-        assert bad not in summary, tail
-    return summary
-
-
 RELEASE_PATH = "e2e"           # REGISTRY=127.0.0.1:<port>/e2e
 COSIGN_PASSWORD = "e2e-password"
 
@@ -245,3 +250,18 @@ def cluster_pulling_from(registry: str, logs: Path) -> Iterator[Cluster]:
     finally:
         kind.stop()
         print(f"kind cluster {kind.name} logs: {logs}")
+
+
+@dataclass(frozen=True)
+class PullingNode:
+    """A kind cluster of cluster_pulling_from's, and what its node held as it came up, before
+    anything was installed on it: its images, and each image reference's digest."""
+
+    cluster: Cluster
+    images: list[str]
+    digests: dict[str, str]
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> PullingNode:
+        assert cluster.node is not None
+        return cls(cluster, cluster.node.images(), cluster.node.image_digests())

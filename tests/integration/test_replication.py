@@ -4,9 +4,13 @@ One test per behaviour rule, plus the cases users hit. Tests wait for conditions
 deadline; "nothing happens" is checked after a positive signal that the operator has looked
 (an Event, or a replica in another namespace written by the same reconcile).
 
-Every test runs once per operator flavour (the `flavour` fixture): a local process as the
-cluster's admin, and one with only deploy/'s ServiceAccount token, which proves deploy/'s RBAC
-is enough for all of it; `make kind-test` runs them against the operator deploy/ installs.
+Every test runs once per operator flavour (the `flavour` fixture, tests/fixtures.py), on the
+flavour's cluster: a local process as the cluster's admin, and one with only deploy/'s
+ServiceAccount token, which proves deploy/'s RBAC is enough for all of it; `make kind-test` runs
+them against the operator deploy/ installs; the node tier (`make cluster-test`) against deploy/,
+the chart and the release's two installs on a kind node. Against a deployed operator the tests
+that need a local process are deselected, and against some the tests that wait out its grace
+(configmirror_testing.e2e.DEPLOYED_FLAVOURS).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from configmirror.model import CONTENT_HASH, MANAGED_BY, REPLICA_LABEL, REPLICA_
 from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import (
-    REMOVAL_TIMEOUT,
+    Flavour,
     Operator,
     Operators,
     configmap,
@@ -34,8 +38,19 @@ from configmirror_testing.wait import wait_for
 pytestmark = [pytest.mark.controlplane, pytest.mark.usefixtures("flavour")]
 
 
-def wait_gone(cluster: Cluster, namespace: str, name: str = "cfg",
-              timeout: float = REMOVAL_TIMEOUT) -> None:
+@pytest.fixture
+def cluster(flavour: Flavour) -> Cluster:
+    """The cluster of the test's operator flavour."""
+    return flavour.cluster
+
+
+@pytest.fixture
+def removal_timeout(flavour: Flavour) -> float:
+    """How long a removal may take against the test's operator flavour."""
+    return flavour.removal_timeout
+
+
+def wait_gone(cluster: Cluster, namespace: str, timeout: float, name: str = "cfg") -> None:
     wait_for(lambda: read(cluster, namespace, name) is None, timeout=timeout,
              what=f"{namespace}/{name} to be deleted")
 
@@ -89,7 +104,8 @@ def test_globs_excludes_and_selector_union(cluster: Cluster, namespaces: Namespa
 
 @pytest.mark.grace
 def test_star_honours_default_exclusions_and_never_copies_into_its_own_namespace(
-        cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
+        cluster: Cluster, namespaces: Namespaces, operator: Operator,
+        removal_timeout: float) -> None:
     src, other = namespaces(), namespaces()
     ignored = namespaces(labels={"configmirror.io/ignore": "true"})
     cluster.core.create_namespaced_config_map(src, configmap("star-cfg", {REPLICATE_TO: "*"}))
@@ -102,7 +118,7 @@ def test_star_honours_default_exclusions_and_never_copies_into_its_own_namespace
         assert source is not None and REPLICA_OF not in (source.metadata.annotations or {})
     finally:
         cluster.core.delete_namespaced_config_map("star-cfg", src)
-        wait_gone(cluster, "default", "star-cfg")
+        wait_gone(cluster, "default", removal_timeout, "star-cfg")
 
 
 # -- rule 2: edits propagate; an unchanged source costs no write ---------------------------
@@ -148,7 +164,8 @@ def test_namespace_created_after_the_source_gets_its_replica_from_its_event(
 
 @pytest.mark.grace
 def test_selector_follows_namespace_labels_that_change_after_the_source(
-        cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
+        cluster: Cluster, namespaces: Namespaces, operator: Operator,
+        removal_timeout: float) -> None:
     src, target = namespaces(), namespaces(labels={"env": "dev"})
     marker = namespaces(labels={"configmirror-test": src})
     cluster.core.create_namespaced_config_map(src, configmap(
@@ -159,7 +176,7 @@ def test_selector_follows_namespace_labels_that_change_after_the_source(
     wait_replica(cluster, target)
     # rule 4: it stops matching, it loses its replica.
     cluster.core.patch_namespace(target, {"metadata": {"labels": {"configmirror-test": None}}})
-    wait_gone(cluster, target)
+    wait_gone(cluster, target, removal_timeout)
     assert read(cluster, marker, "cfg") is not None
 
 
@@ -168,38 +185,40 @@ def test_selector_follows_namespace_labels_that_change_after_the_source(
 
 @pytest.mark.grace
 def test_namespace_removed_from_the_list_loses_its_replica(
-        cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
+        cluster: Cluster, namespaces: Namespaces, operator: Operator,
+        removal_timeout: float) -> None:
     src, a, b = namespaces(), namespaces(), namespaces()
     cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: f"{a},{b}"}))
     wait_replica(cluster, b)
     cluster.core.patch_namespaced_config_map("cfg", src,
                                              {"metadata": {"annotations": {REPLICATE_TO: a}}})
-    wait_gone(cluster, b)
+    wait_gone(cluster, b, removal_timeout)
     assert read(cluster, a, "cfg") is not None
 
 
 @pytest.mark.grace
 def test_deleted_source_loses_all_replicas(cluster: Cluster, namespaces: Namespaces,
-                                           operator: Operator) -> None:
+                                           operator: Operator, removal_timeout: float) -> None:
     src, a, b = namespaces(), namespaces(), namespaces()
     cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: f"{a},{b}"}))
     wait_replica(cluster, a)
     wait_replica(cluster, b)
     cluster.core.delete_namespaced_config_map("cfg", src)
-    wait_gone(cluster, a)
-    wait_gone(cluster, b)
+    wait_gone(cluster, a, removal_timeout)
+    wait_gone(cluster, b, removal_timeout)
 
 
 @pytest.mark.grace
 def test_source_losing_both_annotations_loses_all_replicas(
-        cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
+        cluster: Cluster, namespaces: Namespaces, operator: Operator,
+        removal_timeout: float) -> None:
     src, a = namespaces(), namespaces()
     cluster.core.create_namespaced_config_map(src, configmap(
         "cfg", {REPLICATE_TO: a, REPLICATE_TO_MATCHING: "nothing-has-this"}))
     wait_replica(cluster, a)
     cluster.core.patch_namespaced_config_map("cfg", src, {"metadata": {"annotations": {
         REPLICATE_TO: None, REPLICATE_TO_MATCHING: None}}})
-    wait_gone(cluster, a)
+    wait_gone(cluster, a, removal_timeout)
     assert read(cluster, src, "cfg") is not None, "the source itself stays"
 
 
@@ -313,7 +332,8 @@ def test_mutable_source_made_immutable_recreates_an_immutable_replica(
 
 @pytest.mark.grace
 def test_two_sources_with_one_name_first_replica_wins(
-        cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
+        cluster: Cluster, namespaces: Namespaces, operator: Operator,
+        removal_timeout: float) -> None:
     one, two, target = namespaces(), namespaces(), namespaces()
     cluster.core.create_namespaced_config_map(one, configmap("cfg", {REPLICATE_TO: target},
                                                              data={"from": "one"}))
@@ -326,7 +346,7 @@ def test_two_sources_with_one_name_first_replica_wins(
     assert replica.metadata.annotations[REPLICA_OF] == f"{one}/cfg"
     # When the winner goes, its replica goes, and the other source takes the namespace.
     cluster.core.delete_namespaced_config_map("cfg", one)
-    wait_replica(cluster, target, {"from": "two"}, timeout=REMOVAL_TIMEOUT)
+    wait_replica(cluster, target, {"from": "two"}, timeout=removal_timeout)
 
 
 # -- rule 9: orphans, also at start-up -------------------------------------------------------
@@ -334,7 +354,8 @@ def test_two_sources_with_one_name_first_replica_wins(
 
 @pytest.mark.operator_process
 def test_source_deleted_while_the_operator_is_down_loses_its_replicas_on_start(
-        cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
+        cluster: Cluster, namespaces: Namespaces, operators: Operators,
+        removal_timeout: float) -> None:
     src, a, b = namespaces(), namespaces(), namespaces()
     first = operators()
     cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: f"{a},{b}"}))
@@ -343,8 +364,8 @@ def test_source_deleted_while_the_operator_is_down_loses_its_replicas_on_start(
     assert first.stop() == 0
     cluster.core.delete_namespaced_config_map("cfg", src)
     operators()
-    wait_gone(cluster, a)
-    wait_gone(cluster, b)
+    wait_gone(cluster, a, removal_timeout)
+    wait_gone(cluster, b, removal_timeout)
 
 
 # -- rule 11: Events ---------------------------------------------------------------------------

@@ -2,70 +2,49 @@
 controllers do what they do in any cluster.
 
 A kind cluster (configmirror_testing.kind) runs the image built from this tree. deploy/ is
-applied unchanged but for the image (an overlay of it, as `kustomize edit set image` would
-make). Then: the replication suite against the deployed operator, the leader pod deleted, an
-eviction against the PodDisruptionBudget, and a target namespace deleted by the real namespace
-controller.
+applied unchanged but for the image (configmirror_testing.nodeinstalls.DeployOverlay, as the
+operator flavour `kind-deploy`): the replication suite runs against it as
+tests/integration/test_replication.py's tests `[kind-deploy]`, and then, here: the leader pod
+deleted, an eviction against the PodDisruptionBudget, and a target namespace deleted by the
+real namespace controller.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from configmirror.spec import REPLICATE_TO
-from configmirror_testing.cluster import REPO, Cluster, Namespaces
+from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.deployed import DeployedOperator
-from configmirror_testing.e2e import configmap, read, run_test_module, wait_replica
+from configmirror_testing.e2e import Flavour, configmap, read, wait_replica
+from configmirror_testing.nodeinstalls import NAMESPACE
 from configmirror_testing.wait import WaitTimeout, wait_for
 
-pytestmark = [pytest.mark.node, pytest.mark.timeout(1800)]
-NAMESPACE = "configmirror"
+# deploy/ installed (tests/fixtures.py `flavour`), shared with test_replication.py[kind-deploy].
+pytestmark = [pytest.mark.node, pytest.mark.timeout(1800),
+              pytest.mark.parametrize("flavour", ["kind-deploy"], indirect=True)]
 SOURCE_ALLOWED = {"configmirror.io/source": "true"}  # deploy/'s --source-namespace-selector
 
 
-@pytest.fixture(scope="module")
-def cluster(node_cluster: Cluster) -> Cluster:
-    return node_cluster
+@pytest.fixture
+def cluster(flavour: Flavour) -> Cluster:
+    return flavour.cluster
 
 
-@pytest.fixture(scope="module")
-def overlay(image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A kustomization of deploy/ that changes nothing but the image."""
-    folder = tmp_path_factory.mktemp("overlay")
-    name, _, tag = image.rpartition(":")
-    (folder / "kustomization.yaml").write_text(json.dumps({
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [os.path.relpath(REPO / "deploy", folder)],
-        "images": [{"name": "configmirror", "newName": name, "newTag": tag}]}))
-    return folder
-
-
-@pytest.fixture(scope="module")
-def deployed(cluster: Cluster, overlay: Path) -> Iterator[DeployedOperator]:
-    """deploy/ applied and rolled out; deleted (and waited for) after the module."""
-    node = cluster.node
-    assert node is not None
-    node.kubectl("apply", "-k", str(overlay))
-    operator = DeployedOperator(cluster.api_client, NAMESPACE, "configmirror")
-    try:
-        yield operator
-    finally:
-        # The namespace goes too, emptied by the namespace controller.
-        node.kubectl("delete", "-k", str(overlay), "--wait=true", "--timeout=180s")
+@pytest.fixture
+def deployed(flavour: Flavour) -> DeployedOperator:
+    """deploy/ applied and rolled out; deleted (and waited for) once this flavour's tests are
+    done."""
+    assert flavour.install is not None
+    return flavour.install.operator
 
 
 def test_rolls_out_two_ready_pods_one_leader_on_the_restricted_pod_security_level(
         cluster: Cluster, deployed: DeployedOperator, image: str) -> None:
-    started = time.monotonic()
-    rollout = deployed.wait_rollout()
-    print(f"rollout done {time.monotonic() - started:.1f} s after the first check")
+    rollout = deployed.wait_rollout()  # the flavour waited for it (up to 600 s) before
     assert len(rollout.pods) == 2
     namespace = cluster.core.read_namespace(NAMESPACE)
     assert namespace.metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
@@ -77,17 +56,6 @@ def test_rolls_out_two_ready_pods_one_leader_on_the_restricted_pod_security_leve
         # The kubelet mounted the ServiceAccount's projected token (ServiceAccount admission).
         assert any(v.projected and v.name.startswith("kube-api-access-")
                    for v in pod.spec.volumes), pod.spec.volumes
-
-
-def test_replication_suite_passes_against_the_deployed_operator(
-        cluster: Cluster, deployed: DeployedOperator) -> None:
-    deployed.wait_rollout()
-    # Not the tests that wait out deploy/'s 60 s grace (a minute each): make kind-test runs
-    # the whole suite against these same manifests on this node image.
-    summary = run_test_module(REPO / "tests" / "integration" / "test_replication.py", {
-        "CONFIGMIRROR_E2E_KUBECONFIG": str(cluster.kubeconfig),
-        "CONFIGMIRROR_E2E_OPERATOR": "in-cluster"}, "-m", "not grace")
-    print(f"test_replication.py against the deployed operator: {summary}")
 
 
 def test_deleting_the_leader_pod_hands_over_with_no_replica_lost(

@@ -1,5 +1,7 @@
 """charts/configmirror on a real node, in kind (`make cluster-test`): `helm install` with the
-image built from this tree, the replication suite against that release, `helm upgrade`
+image built from this tree (configmirror_testing.nodeinstalls.ChartRelease, as the operator
+flavour `kind-chart`), the replication suite against that release (as
+tests/integration/test_replication.py's tests `[kind-chart]`), then here `helm upgrade`
 changing a value, and `helm uninstall` leaving nothing cluster-wide.
 
 The release is named as the README installs it (`configmirror` in namespace `configmirror`),
@@ -11,110 +13,59 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
 
 from configmirror.spec import REPLICATE_TO
-from configmirror_testing.cluster import REPO, Cluster, Namespaces
-from configmirror_testing.deployed import DeployedOperator
-from configmirror_testing.e2e import configmap, run_test_module, wait_replica
-from configmirror_testing.helm import Helm, cluster_scoped_objects, release_objects
+from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.e2e import Flavour, configmap, wait_replica
+from configmirror_testing.helm import cluster_scoped_objects, release_objects
+from configmirror_testing.nodeinstalls import NAMESPACE, RELEASE, ChartRelease
 from configmirror_testing.wait import WaitTimeout, wait_for
 
-pytestmark = [pytest.mark.node, pytest.mark.timeout(1800)]
-CHART = REPO / "charts" / "configmirror"
-RELEASE = NAMESPACE = "configmirror"
+# The chart installed (tests/fixtures.py `flavour`), shared with
+# test_replication.py[kind-chart]; uninstalled by the last test here, else once they are done.
+pytestmark = [pytest.mark.node, pytest.mark.timeout(1800),
+              pytest.mark.parametrize("flavour", ["kind-chart"], indirect=True)]
 
 
-@pytest.fixture(scope="module")
-def cluster(node_cluster: Cluster) -> Cluster:
-    return node_cluster
+@pytest.fixture
+def cluster(flavour: Flavour) -> Cluster:
+    return flavour.cluster
 
 
-class Release:
+@pytest.fixture
+def chart(flavour: Flavour) -> ChartRelease:
     """The chart installed as release `configmirror`, and what the cluster held before."""
-
-    def __init__(self, cluster: Cluster, helm: Helm, image: str) -> None:
-        self.cluster = cluster
-        self.helm = helm
-        assert cluster.node is not None
-        self.admin = cluster.node  # kubectl as admin
-        repository, _, tag = image.rpartition(":")
-        self.image_values = ["--set", f"image.repository={repository}",
-                             "--set-string", f"image.tag={tag}",
-                             "--set", "image.pullPolicy=IfNotPresent",
-                             # A grace of 2 s, not the 60 s the chart ships (kind-test runs the
-                             # suite on that, with deploy/): the replication suite here also
-                             # runs its removals, and the value reaches the pods' args.
-                             "--set", "deleteGrace=2s"]
-        self.operator = DeployedOperator(cluster.api_client, NAMESPACE, RELEASE)
-        self.before: set[str] = set()
-        self.installed = False
-
-    def install(self) -> None:
-        self.before = cluster_scoped_objects(self.admin)
-        self.helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, *self.image_values,
-                  "--wait", "--timeout=5m", kubeconfig=self.cluster.kubeconfig, timeout=330)
-        self.installed = True
-
-    def upgrade(self, *values: str) -> None:
-        self.helm("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
-                  *values, "--wait", "--timeout=5m", kubeconfig=self.cluster.kubeconfig,
-                  timeout=330)
-
-    def uninstall(self) -> None:
-        self.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=5m",
-                  kubeconfig=self.cluster.kubeconfig, timeout=330)
-        self.installed = False
+    assert isinstance(flavour.install, ChartRelease), flavour
+    return flavour.install
 
 
-@pytest.fixture(scope="module")
-def release(cluster: Cluster, helm: Helm, image: str) -> Iterator[Release]:
-    """The chart installed (uninstalled after the module if a test did not)."""
-    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-        name=NAMESPACE, labels={"configmirror.io/ignore": "true",
-                                "pod-security.kubernetes.io/enforce": "restricted"})))
-    installed = Release(cluster, helm, image)
-    try:
-        installed.install()
-        yield installed
-    finally:
-        if installed.installed:
-            installed.uninstall()
-        cluster.core.delete_namespace(NAMESPACE)
-
-
-def test_helm_install_rolls_out_two_ready_pods_one_leader(release: Release) -> None:
-    rollout = release.operator.wait_rollout()
+def test_helm_install_rolls_out_two_ready_pods_one_leader(chart: ChartRelease) -> None:
+    rollout = chart.operator.wait_rollout()
     assert len(rollout.pods) == 2
-    assert release.operator.leader() == rollout.leader
+    assert chart.operator.leader() == rollout.leader
 
 
-def test_replication_suite_passes_against_the_helm_release(
-        cluster: Cluster, release: Release) -> None:
-    release.operator.wait_rollout()
-    assert all("--delete-grace=2s" in p["spec"]["containers"][0]["args"]
-               for p in release.operator.pods())
-    summary = run_test_module(REPO / "tests" / "integration" / "test_replication.py", {
-        "CONFIGMIRROR_E2E_KUBECONFIG": str(cluster.kubeconfig),
-        "CONFIGMIRROR_E2E_OPERATOR": "in-cluster"})
-    print(f"test_replication.py against the Helm release: {summary}")
+def test_the_delete_grace_given_reaches_the_pods_args(chart: ChartRelease) -> None:
+    chart.operator.wait_rollout()
+    pods = chart.operator.pods()
+    assert pods and all("--delete-grace=2s" in p["spec"]["containers"][0]["args"]
+                        for p in pods), [p["spec"]["containers"][0]["args"] for p in pods]
 
 
 def test_helm_upgrade_rolls_the_pods_with_the_new_args_and_they_still_replicate(
-        cluster: Cluster, release: Release, namespaces: Namespaces) -> None:
-    before = release.operator.wait_rollout()
+        cluster: Cluster, chart: ChartRelease, namespaces: Namespaces) -> None:
+    before = chart.operator.wait_rollout()
     assert not any("--workers=8" in p["spec"]["containers"][0]["args"]
-                   for p in release.operator.pods())
+                   for p in chart.operator.pods())
     started = time.monotonic()
-    release.upgrade("--set", "workers=8")
-    after = release.operator.wait_rollout(args=lambda args: "--workers=8" in args)
+    chart.upgrade("--set", "workers=8")
+    after = chart.operator.wait_rollout(args=lambda args: "--workers=8" in args)
     print(f"helm upgrade rolled both pods in {time.monotonic() - started:.1f} s")
     assert not set(before.pods) & set(after.pods), "every pod was replaced"
     # The new pods run with it: the leader says how many workers it started.
-    wait_for(lambda: "started 8 workers" in release.operator.log(after.leader), 30,
+    wait_for(lambda: "started 8 workers" in chart.operator.log(after.leader), 30,
              "the new leader to start 8 workers")
 
     src = namespaces(labels={"configmirror.io/source": "true"})
@@ -129,18 +80,18 @@ def test_helm_upgrade_rolls_the_pods_with_the_new_args_and_they_still_replicate(
 
 
 def test_helm_uninstall_leaves_no_cluster_scoped_objects(
-        cluster: Cluster, release: Release) -> None:
-    admin = release.admin
-    added = cluster_scoped_objects(admin) - release.before
+        cluster: Cluster, chart: ChartRelease) -> None:
+    admin = chart.admin
+    added = cluster_scoped_objects(admin) - chart.before
     assert {f"clusterrole.rbac.authorization.k8s.io/{RELEASE}",
             f"clusterrolebinding.rbac.authorization.k8s.io/{RELEASE}"} <= added, added
-    release.uninstall()
+    chart.uninstall()
     # Namespaces the tests before made may still be going (the namespace controller empties
     # them); everything the release made must go with it.
     with contextlib.suppress(WaitTimeout):  # the assertions below say what is left
-        wait_for(lambda: not cluster_scoped_objects(admin) - release.before
+        wait_for(lambda: not cluster_scoped_objects(admin) - chart.before
                  and not release_objects(admin, RELEASE), timeout=120, what="uninstall")
-    assert cluster_scoped_objects(admin) - release.before == set(), "cluster-scoped leftovers"
+    assert cluster_scoped_objects(admin) - chart.before == set(), "cluster-scoped leftovers"
     assert release_objects(admin, RELEASE) == set(), "leftovers in the release's namespace"
     assert cluster.core.list_namespaced_secret(NAMESPACE).items == [], "a release record left"
     # The garbage collector removes the pods of the deleted ReplicaSet.
