@@ -25,6 +25,7 @@ from kubernetes import client, config
 from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, events, restart_writes_nothing
+from configmirror_testing.installs import read_secret
 from configmirror_testing.wait import wait_for
 
 pytestmark = pytest.mark.controlplane
@@ -90,15 +91,6 @@ def tls_secret(name: str, annotations: dict[str, str], cert: bytes, key: bytes,
         else {"blob": b64(cert)}
     return {"apiVersion": "v1", "kind": "Secret", "type": type_,
             "metadata": {"name": name, "annotations": annotations}, "data": data}
-
-
-def read_secret(cluster: Cluster, namespace: str, name: str) -> client.V1Secret | None:
-    try:
-        return cluster.core.read_namespaced_secret(name, namespace)
-    except client.ApiException as err:
-        if err.status == 404:
-            return None
-        raise
 
 
 def test_the_component_grants_exactly_the_names_it_turns_on() -> None:
