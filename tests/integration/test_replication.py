@@ -239,6 +239,7 @@ def test_hand_edited_replica_is_restored(cluster: Cluster, namespaces: Namespace
         MANAGED_BY) == "configmirror", what="a label configmirror writes to be restored")
 
 
+@pytest.mark.operator_process  # its writes and reconciles, from the process's /metrics
 def test_a_label_configmirror_does_not_write_is_not_drift(
         cluster: Cluster, namespaces: Namespaces, operator: Operator) -> None:
     src, a = namespaces(), namespaces()
