@@ -15,6 +15,7 @@ import yaml
 from configmirror import __version__, cli, flags
 from configmirror.settings import Settings
 from configmirror.vocabulary import CONFIGMAP, SECRET
+from configmirror_testing.commands import parsed
 from configmirror_testing.controlplane import free_port
 
 
@@ -86,15 +87,8 @@ def test_unreachable_cluster_is_one_line(tmp_path: Path, command: str) -> None:
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No CONFIGMIRROR_* variable of the caller's leaks in, and main sets up no logging."""
-    for name in [n for n in os.environ if n.startswith("CONFIGMIRROR_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setattr(cli, "_setup_logging", lambda fmt, level: None)
-
-
-def parsed(*argv: str) -> argparse.Namespace:
-    return flags.resolve(cli._parser().parse_args(argv))
+def clean_environment(cli_environment: None) -> None:
+    """No CONFIGMIRROR_* variable of the caller's leaks in (tests/unit/conftest.py)."""
 
 
 def test_dash_dash_version_prints_the_version(capsys: pytest.CaptureFixture[str]) -> None:

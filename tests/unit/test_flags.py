@@ -5,25 +5,18 @@ command run only and named in errors."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import pytest
 
 from configmirror import __version__, cli, flags
 from configmirror.settings import parse_duration
+from configmirror_testing.commands import parsed
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No CONFIGMIRROR_* variable of the caller's leaks in, and main sets up no logging."""
-    for name in [n for n in os.environ if n.startswith("CONFIGMIRROR_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setattr(cli, "_setup_logging", lambda fmt, level: None)
-
-
-def parsed(*argv: str) -> argparse.Namespace:
-    return flags.resolve(cli._parser().parse_args(argv))
+def clean_environment(cli_environment: None) -> None:
+    """No CONFIGMIRROR_* variable of the caller's leaks in (tests/unit/conftest.py)."""
 
 
 def refused(*argv: str) -> str:

@@ -38,40 +38,10 @@ from configmirror.transport import (
 )
 from configmirror_testing.certs import CLIENT_NAME, SERVER_NAME, Pki, make_pki
 from configmirror_testing.localserver import LocalServer, RawServer, no_unclosed_sockets
+from configmirror_testing.sockets import Pieces
 from configmirror_testing.wait import wait_for
 
 # -- framing: an answer's bytes, written by hand to one end of a socket pair ---------------------
-
-
-class Pieces:
-    """A peer's bytes as a socket delivers them, in the given pieces: one per receive (each
-    cut to what the receive asks for). With the bytes one by one, the reader never has a
-    whole head or chunk buffered, and takes its line by line path."""
-
-    def __init__(self, *pieces: bytes) -> None:
-        self._pieces = [p for p in pieces if p]
-
-    def recv(self, limit: int) -> bytes:
-        if not self._pieces:
-            return b""
-        piece = self._pieces[0][:limit]
-        self._pieces[0] = self._pieces[0][limit:]
-        if not self._pieces[0]:
-            self._pieces.pop(0)
-        return piece
-
-    def recv_into(self, view: memoryview, limit: int) -> int:
-        piece = self.recv(min(limit, len(view)))
-        view[:len(piece)] = piece
-        return len(piece)
-
-    def settimeout(self, timeout: float) -> None:
-        pass
-
-    def getsockname(self) -> str:  # as a Stream names its connection: not connected
-        raise OSError("not connected")
-
-    getpeername = getsockname
 
 
 def bytewise(raw: bytes) -> Pieces:

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from configmirror.transport import Stream, _Body, _Connection, _Reader
+from configmirror_testing.sockets import Pieces
 
 # 10,000 answers per CI run (7,000 well-formed, 3,000 malformed: about 25 s of CPU); `make
 # fuzz`: 50,000 per seed.
@@ -39,37 +40,9 @@ MALFORMED = settings(PROFILE, max_examples=max(PROFILE.max_examples * 3 // 7, 1)
 MOST_RECEIVES = 10_000
 
 
-class Receives:
-    """A peer's bytes in the given pieces, one per receive, then the end of the connection
-    (b"" for ever); a reader that keeps asking at the end is stopped as hung."""
-
-    def __init__(self, pieces: list[bytes]) -> None:
-        self._pieces = [p for p in pieces if p]
-        self._calls = 0
-
-    def recv(self, limit: int) -> bytes:
-        self._calls += 1
-        if self._calls > MOST_RECEIVES:
-            raise AssertionError("the reader keeps receiving at the end of the connection")
-        if not self._pieces:
-            return b""
-        piece, self._pieces[0] = self._pieces[0][:limit], self._pieces[0][limit:]
-        if not self._pieces[0]:
-            self._pieces.pop(0)
-        return piece
-
-    def recv_into(self, view: memoryview, limit: int) -> int:
-        piece = self.recv(min(limit, len(view)))
-        view[:len(piece)] = piece
-        return len(piece)
-
-    def settimeout(self, timeout: float) -> None:
-        pass
-
-    def getsockname(self) -> str:
-        raise OSError("not connected")
-
-    getpeername = getsockname
+def receives(pieces: list[bytes]) -> Pieces:
+    """The pieces one per receive; a reader that keeps asking at the end is stopped as hung."""
+    return Pieces(*pieces, most=MOST_RECEIVES)
 
 
 @dataclass(frozen=True)
@@ -115,7 +88,7 @@ def by_h11(method: str, pieces: list[bytes]) -> Read:
 
 def by_response(method: str, pieces: list[bytes]) -> Read:
     """The answer as Connections.request reads it: whole."""
-    reader = _Reader(Receives(pieces))  # type: ignore[arg-type]
+    reader = _Reader(receives(pieces))  # type: ignore[arg-type]
     response, reusable = reader.response(method)
     return Read(response.status, response.reason, response.retry_after, response.data,
                 reusable, reader.to_end())
@@ -123,7 +96,7 @@ def by_response(method: str, pieces: list[bytes]) -> Read:
 
 def by_stream(method: str, pieces: list[bytes]) -> Read:
     """The answer as a watch reads it: a Stream, read by read."""
-    conn = _Connection(Receives(pieces), 5)  # type: ignore[arg-type]
+    conn = _Connection(receives(pieces), 5)  # type: ignore[arg-type]
     head = conn.reader.head()
     stream = Stream(conn, method, head)
     parts = []
