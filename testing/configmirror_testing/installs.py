@@ -9,6 +9,9 @@ binds its own), and the namespace its pod would get from the downward API.
 from __future__ import annotations
 
 import base64
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ from kubernetes import client, config
 
 from configmirror.spec import REPLICATE_TO
 from configmirror_testing.cluster import Cluster, Namespaces
-from configmirror_testing.e2e import Operators, configmap, events, wait_replica
+from configmirror_testing.e2e import Operators, configmap, events, read, wait_replica
 from configmirror_testing.wait import wait_for
 
 LISTED, UNLISTED = "wildcard-tls", "db-password"
@@ -104,3 +107,61 @@ def check_install(cluster: Cluster, operators: Operators, namespaces: Namespaces
     assert read_secret(cluster, target, UNLISTED) is None
     assert create_secret(cluster.kubeconfig, target, UNLISTED) == 201, \
         "the policy holds back the operator's ServiceAccount only"
+
+
+def status(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`configmirror status ARGS -o json` as the cluster's admin, with no policy flag unless
+    ARGS gives one."""
+    return subprocess.run([sys.executable, "-m", "configmirror", "status", *args, "--kubeconfig",
+                           str(cluster.kubeconfig), "-o", "json"],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def check_status_follows_policy(cluster: Cluster, operators: Operators, namespaces: Namespaces,
+                                docs: list[dict[str, Any]], kubeconfig: Path,
+                                lease: str) -> None:
+    """The operator of the install rendered as `docs` publishes its policy as ConfigMap
+    `<lease>-policy` in its namespace; `configmirror status` with no policy flag of its own
+    follows it, so a source in a namespace without the source label is reported as not
+    allowed (as the operator refuses it), a flag on the command line overrides the policy with
+    a warning, and once the operator stops the command says it found none."""
+    home, _ = service_account(docs)
+    flags = operator_flags(docs)
+    assert "--source-namespace-selector=configmirror.io/source=true" in flags, flags
+    operator = operators(*flags, kubeconfig=kubeconfig,
+                         env={"CONFIGMIRROR_LEADER_ELECTION_NAMESPACE": home})
+    wait_for(lambda: operator.metric("configmirror_leader") == 1, what="the operator to lead")
+    policy = wait_for(lambda: read(cluster, home, f"{lease}-policy"),
+                      what="the leader to publish its policy")
+    assert policy is not None and policy.metadata is not None
+    assert (policy.metadata.labels or {}).get("configmirror.io/policy") == "true"
+    assert (policy.data or {}).get("source-namespace-selector") == "configmirror.io/source=true", policy.data
+    unlabelled, target = namespaces(labels={}), namespaces()
+    cluster.core.create_namespaced_config_map(unlabelled, configmap(  # type: ignore[arg-type]
+        "cfg", {REPLICATE_TO: target}, data={"v": "1"}))
+    wait_for(lambda: events(cluster, unlabelled, "cfg", "SourceNotAllowed"),
+             what="the operator to refuse the source")
+    assert read(cluster, target, "cfg") is None
+
+    done = status(cluster, f"{unlabelled}/cfg")
+    assert done.returncode == 0, done.stderr
+    (said,) = done.stderr.splitlines()
+    assert said.startswith(f"configmirror: following the operator in namespace {home} ("), said
+    (source,) = json.loads(done.stdout)["sources"]
+    assert [p["type"] for p in source["problems"]] == ["not_allowed"], source
+    assert "configmirror.io/source=true" in source["problems"][0]["message"], source
+    assert source["pending"] == [], "the command would create what the operator refuses"
+
+    # A flag on the command line still overrides the operator's policy, and says so.
+    done = status(cluster, f"{unlabelled}/cfg", "--source-namespace-selector=")
+    (source,) = json.loads(done.stdout)["sources"]
+    assert [(p["action"], p["namespace"]) for p in source["pending"]] == [("create", target)]
+    assert done.stderr.splitlines()[1:] == [
+        "configmirror: warning: --source-namespace-selector='' overrides the operator's "
+        "configmirror.io/source=true"], done.stderr
+
+    # Stopped, the operator takes its policy back: the commands find no operator.
+    assert operator.stop() == 0
+    assert read(cluster, home, f"{lease}-policy") is None, "the policy outlived its operator"
+    done = status(cluster, f"{unlabelled}/cfg")
+    assert done.stderr.startswith("configmirror: no running operator found"), done.stderr

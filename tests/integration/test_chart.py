@@ -34,7 +34,11 @@ from configmirror_testing.cluster import REPO, Cluster, Namespaces, unique_name
 from configmirror_testing.e2e import Operators
 from configmirror_testing.helm import Helm, release_objects
 from configmirror_testing.helm import cluster_scoped_objects as all_cluster_scoped
-from configmirror_testing.installs import check_install, service_account
+from configmirror_testing.installs import (
+    check_install,
+    check_status_follows_policy,
+    service_account,
+)
 from configmirror_testing.wait import WaitTimeout, wait_for
 
 pytestmark = pytest.mark.controlplane
@@ -352,6 +356,17 @@ def test_a_release_of_another_name_in_another_namespace_replicates_and_keeps_the
     assert service_account(installed.docs) == (installed.namespace, fullname)
     check_install(cluster, operators, namespaces, installed.docs, installed.kubeconfig,
                   lease=fullname)
+
+
+@pytest.mark.operator_process
+def test_status_without_flags_judges_with_the_installed_releases_policy(
+        cluster: Cluster, installed: Installed, namespaces: Namespaces,
+        operators: Operators) -> None:
+    """The chart ships --source-namespace-selector=configmirror.io/source=true: `kubectl
+    configmirror status` with no policy flag reports a source outside such a namespace as not
+    allowed, as the release's operator does, under a release name that is not the default."""
+    check_status_follows_policy(cluster, operators, namespaces, installed.docs,
+                                installed.kubeconfig, lease=f"{installed.release}-configmirror")
 
 
 def test_the_install_notes_say_which_labels_the_namespaces_need(installed: Installed) -> None:

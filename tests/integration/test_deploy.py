@@ -5,22 +5,23 @@ commands judging with the deployed operator's policy."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
 
 from configmirror.spec import REPLICATE_TO
 from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, configmap, events, read
-from configmirror_testing.installs import check_install, operator_flags, service_account
+from configmirror_testing.installs import (
+    check_install,
+    check_status_follows_policy,
+    operator_flags,
+    service_account,
+)
 from configmirror_testing.wait import wait_for
 
 pytestmark = pytest.mark.controlplane
@@ -225,58 +226,14 @@ def deployment_args() -> list[str]:
     return [a for a in container["args"][1:] if "-bind-address=" not in a]
 
 
-def status(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "configmirror", "status", *args, "--kubeconfig",
-                           str(cluster.kubeconfig), "-o", "json"],
-                          capture_output=True, text=True, timeout=60, check=False)
-
-
 @pytest.mark.operator_process
 def test_status_without_flags_judges_with_the_deployed_operators_policy(
         deployed: Cluster, sa_kubeconfig: Path, namespaces: Namespaces,
         operators: Operators) -> None:
     """deploy/'s operator honours sources only in namespaces labelled configmirror.io/source=
     true; `status` with no policy flag of its own says the same of a source elsewhere."""
-    args = deployment_args()
+    docs = kustomize(deployed, REPO / "deploy")
     assert {"--leader-elect", "--source-namespace-selector=configmirror.io/source=true",
-            "--delete-grace=60s"} <= set(args), args
-    # As the Deployment runs: its namespace from the downward API, deploy/'s RBAC only.
-    op = operators(*args, kubeconfig=sa_kubeconfig,
-                   env={"CONFIGMIRROR_LEADER_ELECTION_NAMESPACE": "configmirror"})
-    wait_for(lambda: op.metric("configmirror_leader") == 1, what="the operator to lead")
-    policy = wait_for(lambda: read(deployed, "configmirror", "configmirror-policy"),
-                      what="the leader to publish its policy")
-    assert policy.metadata.labels["configmirror.io/policy"] == "true"
-    assert (policy.data["source-namespace-selector"], policy.data["delete-grace"]) == (
-        "configmirror.io/source=true", "60s")
-    unlabelled, target = namespaces(labels={}), namespaces()
-    deployed.core.create_namespaced_config_map(unlabelled, configmap(
-        "cfg", {REPLICATE_TO: target}, data={"v": "1"}))
-    wait_for(lambda: events(deployed, unlabelled, "cfg", "SourceNotAllowed"),
-             what="the operator to refuse the source")
-    assert read(deployed, target, "cfg") is None
-
-    done = status(deployed, f"{unlabelled}/cfg")
-    assert done.returncode == 0, done.stderr
-    (said,) = done.stderr.splitlines()
-    assert said.startswith("configmirror: following the operator in namespace configmirror ("), said
-    (source,) = json.loads(done.stdout)["sources"]
-    assert [p["type"] for p in source["problems"]] == ["not_allowed"], source
-    assert "configmirror.io/source=true" in source["problems"][0]["message"], source
-    assert source["pending"] == [], "the command would create what the operator refuses"
-
-    # A flag on the command line still overrides the operator's policy, and says so.
-    done = status(deployed, f"{unlabelled}/cfg", "--source-namespace-selector=")
-    (source,) = json.loads(done.stdout)["sources"]
-    assert [(p["action"], p["namespace"]) for p in source["pending"]] == [("create", target)]
-    assert done.stderr.splitlines()[1:] == [
-        "configmirror: warning: --source-namespace-selector='' overrides the operator's "
-        "configmirror.io/source=true"], done.stderr
-
-    # Stopped, the operator takes its policy back: the commands find no operator.
-    assert op.stop() == 0
-    with pytest.raises(client.ApiException) as gone:
-        deployed.core.read_namespaced_config_map("configmirror-policy", "configmirror")
-    assert gone.value.status == 404
-    done = status(deployed, f"{unlabelled}/cfg")
-    assert done.stderr.startswith("configmirror: no running operator found"), done.stderr
+            "--delete-grace=60s"} <= set(deployment_args()), deployment_args()
+    check_status_follows_policy(deployed, operators, namespaces, docs, sa_kubeconfig,
+                                lease="configmirror")
