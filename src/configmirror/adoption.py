@@ -49,7 +49,8 @@ class Mirror:
 
     tool: str                      # spec.REFLECTOR or spec.KUBERNETES_REPLICATOR
     names: str | None              # the source ("ns/name") its marks name; None: none
-    payload: str                   # digest of its payload (model.payload_digest)
+    payload: str                   # digest of its content (model.payload_digest)
+    immutable: bool                # neither tool writes it: set by someone else, if at all
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
 
@@ -76,13 +77,18 @@ def marked(annotations: Mapping[str, str]) -> bool:
 
 
 def adoption_patch(mirror: Mirror, labels: Mapping[str, str], annotations: Mapping[str, str],
-                   resource_version: str) -> dict[str, Any]:
-    """The merge patch that makes `mirror` (content already the source's) hold exactly the
+                   immutable: bool, resource_version: str) -> dict[str, Any]:
+    """The merge patch that makes `mirror` (its data already the source's) hold exactly the
     replica's `labels` and `annotations`: ours in, the tool's (and anything else not ours)
-    out, on the version decided from (a mirror changed meanwhile gets a 409)."""
-    return {"metadata": {"resourceVersion": resource_version,
-                         "labels": _difference(mirror.labels, labels),
-                         "annotations": _difference(mirror.annotations, annotations)}}
+    out, and `immutable` when the source is (neither tool copies it; it may only turn on),
+    on the version decided from (a mirror changed meanwhile gets a 409)."""
+    patch: dict[str, Any] = {"metadata": {
+        "resourceVersion": resource_version,
+        "labels": _difference(mirror.labels, labels),
+        "annotations": _difference(mirror.annotations, annotations)}}
+    if immutable and not mirror.immutable:
+        patch["immutable"] = True
+    return patch
 
 
 def _difference(have: Mapping[str, str], want: Mapping[str, str]) -> dict[str, str | None]:

@@ -316,9 +316,9 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind) -> Ca
 
 
 def payload_digest(payload: Mapping[str, Any]) -> str:
-    """A digest of a payload alone (no labels, no annotations): whether another tool's mirror
-    holds its source's content."""
-    return content_hash(payload, {}, {})
+    """A digest of a payload's content (no labels, no annotations, not `immutable`, which
+    only turns on): whether another tool's mirror holds its source's content."""
+    return content_hash({k: v for k, v in payload.items() if k != "immutable"}, {}, {})
 
 
 def foreign_mirror(raw: Mapping[str, Any], kind: Kind, labels: Mapping[str, str],
@@ -329,7 +329,8 @@ def foreign_mirror(raw: Mapping[str, Any], kind: Kind, labels: Mapping[str, str]
                                     *(payload.get("binaryData") or {})])
     if found is None:
         return None
-    return Mirror(found[0], found[1], payload_digest(payload), dict(labels), dict(annotations))
+    return Mirror(found[0], found[1], payload_digest(payload), payload["immutable"], dict(labels),
+                  dict(annotations))
 
 
 def replica_object(raw: Mapping[str, Any], kind: Kind, replica_of: str) -> CachedObject:

@@ -399,12 +399,18 @@ def _adoption(namespace: str, name: str, current: CachedObject, mirror: Mirror,
                                f"{namespace}/{name} is {mirror.tool}'s mirror of {owner.key}, "
                                f"which adopts it; this one is left out")
                       for c in candidates if c is not owner)
-    if mirror.payload == payload_digest(owner.compiled.payload):
+    payload = owner.compiled.payload
+    if mirror.payload == payload_digest(payload) and (payload["immutable"]
+                                                       or not mirror.immutable):
         action = Action("adopt", namespace, name, current.resource_version,
                         f"{mirror.tool}'s mirror, with the source's content: one patch, its "
                         f"marks out, ours in", owner.key, adopts=mirror.tool)
     else:
-        action = Action(_change(current, owner), namespace, name, current.resource_version,
+        # A mirror someone made immutable cannot change: it is recreated; any other is
+        # updated (turning `immutable` on, when the source is, is allowed).
+        change: ActionKind = "recreate" if mirror.immutable or current.type != payload.get(
+            "type", "") else "update"
+        action = Action(change, namespace, name, current.resource_version,
                         f"adopts {mirror.tool}'s mirror, whose content differs from the "
                         f"source", owner.key, adopts=mirror.tool)
     return Decision(namespace, name, action, owner, conflicts)

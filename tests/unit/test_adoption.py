@@ -66,6 +66,25 @@ def test_an_immutable_mirror_whose_content_differs_is_recreated() -> None:
     assert [(a.kind, a.adopts) for a in p.actions] == [("recreate", REFLECTOR)]
 
 
+def test_a_mirror_of_an_immutable_source_is_adopted_by_the_patch_that_turns_immutable_on(
+        ) -> None:
+    src = source({REPLICATE_TO: "a", ADOPT: REFLECTOR}, immutable=True)
+    assert src.compiled is not None
+    found = mirror(REFLECTOR, src, "a")  # neither tool copies `immutable`
+    p = plan(src, [ns("a")], others=[found])
+    assert [a.kind for a in p.actions] == ["adopt"]
+    assert found.mirror is not None
+    assert adoption_patch(found.mirror, src.compiled.labels, src.compiled.annotations, True,
+                          "30")["immutable"] is True
+
+
+def test_a_mirror_of_an_immutable_source_whose_content_differs_is_updated_not_recreated(
+        ) -> None:
+    src = source({REPLICATE_TO: "a", ADOPT: REFLECTOR}, immutable=True)
+    p = plan(src, [ns("a")], others=[mirror(REFLECTOR, src, "a", data={"k": "old"})])
+    assert [(a.kind, a.adopts) for a in p.actions] == [("update", REFLECTOR)]
+
+
 @pytest.mark.parametrize("tool", [REFLECTOR, REPLICATOR])
 def test_without_adopt_a_mirror_stays_foreign_and_the_conflict_says_how_to_adopt(
         tool: str) -> None:
@@ -204,7 +223,7 @@ def test_the_patch_makes_the_mirror_a_replica_in_sync_without_their_marks(tool: 
     made["metadata"].update(uid="m", resourceVersion="3")
     found = cached(made).mirror
     assert found is not None
-    patch = adoption_patch(found, src.compiled.labels, src.compiled.annotations, "3")
+    patch = adoption_patch(found, src.compiled.labels, src.compiled.annotations, False, "3")
     assert patch["metadata"]["resourceVersion"] == "3" and "data" not in patch
     adopted = object_from_json(_merge(made, patch), DEFAULT_RULES, CONFIGMAP)
     assert adopted.replica_of == "src/cfg" and adopted.mirror is None
