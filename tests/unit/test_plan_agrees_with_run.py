@@ -407,7 +407,7 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
     # What admission changed is said once per source that wrote where admission acts.
     mutated = [obj for r, obj, _ in recorder.warnings if r == MUTATED]
     assert sorted(mutated) == sorted({source for verb, where, source in server.writes
-                                      if verb in ("create", "update")
+                                      if verb in ("create", "update", "adopt")
                                       and world.admission.get(where.split("/", 1)[0])})
 
     # Every pull that gets nothing is said once, on its Namespace, with why.
