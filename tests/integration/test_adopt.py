@@ -148,14 +148,15 @@ def test_the_switch_keeps_every_mirror_and_patches_each_once(
     assert not events(cluster, home, "ca", "TargetConflict")
 
 
-def test_a_stale_mirror_is_updated_an_unmarked_object_and_an_ambiguous_copy_are_left(
+def test_plan_says_adopt_a_stale_mirror_is_updated_a_foreign_and_an_ambiguous_one_left(
         cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
     base = unique_name("adopt2")
     home, other = namespaces(name=f"{base}-platform"), namespaces(name=f"{base}-other")
-    stale, foreign, shared = (namespaces(name=f"{base}-{n}") for n in ("stale", "mine", "both"))
+    same, stale, foreign, shared = (namespaces(name=f"{base}-{n}")
+                                    for n in ("same", "stale", "mine", "both"))
     core = cluster.core
     tool = "kubernetes-replicator"
-    push = {"configmirror.io/replicate-to": f"{base}-stale,{base}-mine,{base}-both",
+    push = {"configmirror.io/replicate-to": f"{base}-same,{base}-stale,{base}-mine,{base}-both",
             ADOPT: tool}
     source = core.create_namespaced_config_map(home, configmap("ca", push, data={"k": "new"}))
     # Another source of the name that also targets `shared`: either could have made its copy.
@@ -167,6 +168,14 @@ def test_a_stale_mirror_is_updated_an_unmarked_object_and_an_ambiguous_copy_are_
                                             ).metadata.uid
     core.create_namespaced_config_map(foreign, configmap("ca", data={"k": "mine"}))
     core.create_namespaced_config_map(shared, othertools.replicator_copy(body, shared))
+    kept = core.create_namespaced_config_map(same, othertools.replicator_copy(body, same)
+                                             ).metadata.uid
+    planned = configmirror(cluster, "plan", f"{home}/ca")
+    assert planned.returncode != 0, planned.stdout + planned.stderr
+    assert f"  adopt    {same}/ca  (" in planned.stdout, planned.stdout
+    assert f"  update   {stale}/ca  (adopts {tool}'s mirror" in planned.stdout, planned.stdout
+    status = configmirror(cluster, "status", f"{home}/ca", "-o", "json")
+    assert yaml.safe_load(status.stdout)["sources"][0]["adopting"] == 2, status.stdout
     operator = operators()
 
     def updated() -> client.V1ConfigMap | None:
@@ -175,10 +184,13 @@ def test_a_stale_mirror_is_updated_an_unmarked_object_and_an_ambiguous_copy_are_
     cm = wait_for(updated, what="the stale copy to be adopted")
     assert cm.metadata.uid == uid and marks_left(cm, tool) == []
     operator.wait_idle()
+    adopted = core.read_namespaced_config_map("ca", same)
+    assert adopted.metadata.uid == kept and marks_left(adopted, tool) == []
     assert core.read_namespaced_config_map("ca", foreign).data == {"k": "mine"}
     assert marks_left(core.read_namespaced_config_map("ca", shared), tool)
-    writes = operator_writes(cluster, [stale, foreign, shared])
-    assert [(w["verb"], w["objectRef"]["namespace"]) for w in writes] == [("update", stale)]
+    writes = operator_writes(cluster, [same, stale, foreign, shared])
+    assert sorted((w["verb"], w["objectRef"]["namespace"]) for w in writes) == [
+        ("patch", same), ("update", stale)]
     for where in (home, other):
         said = [e.message for e in events(cluster, where, "ca", "TargetConflict")]
         assert any("could each have made it" in m for m in said), said

@@ -18,7 +18,7 @@ from configmirror.plan import decide
 from configmirror.replicator import Replicator, replicated_message
 from configmirror.spec import ADOPT, DEFAULT_EXCLUDED, REPLICATE_TO, InvalidSpec, Scope
 from configmirror.status import KindView, source_status
-from configmirror.vocabulary import CONFIGMAP
+from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing import othertools
 from configmirror_testing.builders import (
     AT_ONCE,
@@ -267,3 +267,25 @@ def test_status_counts_the_adoptions_pending() -> None:
     status = source_status(p, KindView(w, SCOPE, ()), [])
     assert status.adopting == 1 and not status.done
     assert status.to_json()["pending"][0]["adopts"] == REFLECTOR
+
+
+@pytest.mark.parametrize("tool", [REFLECTOR, REPLICATOR])
+def test_a_secrets_mirror_is_adopted_when_data_and_type_are_the_sources(tool: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"namespace": "src", "name": "tls", "uid": "u", "resourceVersion": "7",
+                         "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "annotations": {REPLICATE_TO: "a,b", ADOPT: tool}},
+            "data": {"tls.crt": "Y3J0", "tls.key": "a2V5"}}
+    made = (othertools.reflector_mirror if tool == REFLECTOR else othertools.replicator_copy)
+    same, other = made(body, "a"), made({**body, "type": "Opaque"}, "b")
+    for m in (same, other):
+        m["metadata"].update(uid="m", resourceVersion="9")
+    src = cached(body, SECRET)
+    w = world([src, cached(same, SECRET), cached(other, SECRET)], [ns("a"), ns("b"), ns("src")],
+              SECRET)
+    adopted = decide("a", "tls", w.get("a/tls"), w, SCOPE, AT_ONCE)
+    retyped = decide("b", "tls", w.get("b/tls"), w, SCOPE, AT_ONCE)
+    assert adopted.action is not None and adopted.action.kind == "adopt"
+    # A Secret's type cannot change in place: a mirror of another type is recreated.
+    assert retyped.action is not None and (retyped.action.kind, retyped.action.adopts) == (
+        "recreate", tool)
