@@ -13,6 +13,7 @@ from configmirror.adoption import RF_REFLECTS, RP_KEYS, adoption_patch, mirror_o
 from configmirror.clock import FakeClock
 from configmirror.events import EventRecorder
 from configmirror.memory import Memory
+from configmirror.metrics import Metrics
 from configmirror.model import DEFAULT_RULES, CachedObject, object_from_json, target_key
 from configmirror.plan import decide
 from configmirror.replicator import Replicator, replicated_message
@@ -243,8 +244,9 @@ def test_run_adopts_with_one_merge_patch_keeping_the_object(mocker: MockerFixtur
     raw["metadata"].update(uid="m-a", resourceVersion="30")
     kube.objects["a/cfg"] = raw
     recorder = mocker.create_autospec(EventRecorder, instance=True)
+    metrics = Metrics()
     r = Replicator(kube, w, SCOPE, recorder,  # type: ignore[arg-type]
-                   Memory(lambda key: 0, 60.0, FakeClock()))
+                   Memory(lambda key: 0, 60.0, FakeClock()), metrics=metrics)
     assert r.reconcile(target_key(CONFIGMAP, "a", "cfg")).changed
     ((verb, _, body),) = kube.written()
     assert verb == "patch" and body["metadata"]["resourceVersion"] == "30"
@@ -253,6 +255,8 @@ def test_run_adopts_with_one_merge_patch_keeping_the_object(mocker: MockerFixtur
     assert not [k for k in stored["metadata"]["annotations"] if k.startswith(othertools.RF)]
     ((_, reason, action, namespace, _),) = [c.args for c in recorder.tally.call_args_list]
     assert (reason, action, namespace) == ("Replicated", "adopted", "a")
+    assert metrics.registry.get_sample_value("configmirror_replica_writes_total", {
+        "action": "adopt", "resource": "configmaps"}) == 1
 
 
 def test_the_replicated_event_counts_adoptions() -> None:
