@@ -53,14 +53,16 @@ TESTS: dict[str, list[str]] = {
     "routing.py": ["tests/unit/test_routing.py"],
     "plan.py": ["tests/unit/test_plan.py", "tests/unit/test_routing.py",
                 "tests/unit/test_replicator_errors.py", "tests/unit/test_secrets.py",
-                "tests/unit/test_plan_agrees_with_run.py"],
+                "tests/unit/test_adoption.py", "tests/unit/test_plan_agrees_with_run.py"],
+    "adoption.py": ["tests/unit/test_adoption.py", "tests/unit/test_plan_agrees_with_run.py"],
     "memory.py": ["tests/unit/test_memory.py", "tests/unit/test_expectations.py",
                   "tests/unit/test_replicator.py", "tests/unit/test_plan_agrees_with_run.py"],
     "admission.py": ["tests/unit/test_admission.py", "tests/unit/test_plan.py",
                      "tests/unit/test_replicator.py", "tests/unit/test_plan_agrees_with_run.py"],
     "replicator.py": ["tests/unit/test_replicator.py", "tests/unit/test_expectations.py",
                       "tests/unit/test_replicator_errors.py",
-                      "tests/unit/test_events.py", "tests/unit/test_plan_agrees_with_run.py",
+                      "tests/unit/test_events.py", "tests/unit/test_adoption.py",
+                      "tests/unit/test_plan_agrees_with_run.py",
                       "tests/integration/test_expectations.py"],
     "servergate.py": ["tests/unit/test_servergate.py"],
     "outage.py": ["tests/unit/test_outage.py", "tests/unit/test_events.py",
@@ -68,7 +70,7 @@ TESTS: dict[str, list[str]] = {
     "events.py": ["tests/unit/test_events.py", "tests/unit/test_replicator_errors.py"],
     "transport.py": ["tests/unit/test_transport.py", "tests/unit/test_kube.py"],
     "kube.py": ["tests/unit/test_kube.py", "tests/unit/test_transport.py"],
-    "status.py": ["tests/unit/test_status.py"],
+    "status.py": ["tests/unit/test_status.py", "tests/unit/test_adoption.py"],
     "policy.py": ["tests/unit/test_policy.py", "tests/integration/test_policy.py"],
     "flags.py": ["tests/unit/test_flags.py"],
     "caches.py": ["tests/unit/test_caches.py", "tests/integration/test_caches.py",
@@ -77,7 +79,7 @@ TESTS: dict[str, list[str]] = {
 GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "tokenbucket.py", "clock.py",
              "routing.py", "plan.py", "replicator.py", "servergate.py", "outage.py", "events.py",
              "transport.py", "kube.py", "status.py", "caches.py", "policy.py", "flags.py",
-             "memory.py", "admission.py")
+             "memory.py", "admission.py", "adoption.py")
 
 # One-line mutations asked for by name: (file, the line as it is, the line as mutated).
 NAMED: list[tuple[str, str, str]] = [
@@ -221,6 +223,11 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("status.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
     ("caches.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
     ("flags.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
+    ("adoption.py", "@dataclass(frozen=True, slots=True)",
+     "@dataclass(frozen=False, slots=True)"): _FROZEN_FIELDS,
+    ("adoption.py", "@dataclass(frozen=True, slots=True)",
+     "@dataclass(frozen=True, slots=False)"):
+        "slots only saves memory (a Mirror is a rare object's); nothing reads its __dict__",
     ("caches.py", 'return self._informers.get(key.rsplit("/", 1)[-1]) or self._informers.get("")',
      'return self._informers.get(key.rsplit("/", 2)[-1]) or self._informers.get("")'):
         "an object's key is namespace/name, and neither holds a '/': one split or two give "

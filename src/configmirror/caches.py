@@ -60,9 +60,10 @@ def _scope(settings: Settings, secrets: bool = False) -> Scope:
     --secret-source-namespaces may hold."""
     if secrets:
         return Scope.from_flags(settings.secret_source_namespaces, settings.exclude_namespaces,
-                                settings.source_namespace_selector, "--secret-source-namespaces")
+                                settings.source_namespace_selector, "--secret-source-namespaces",
+                                settings.adopt_from)
     return Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces,
-                            settings.source_namespace_selector)
+                            settings.source_namespace_selector, adopt_from=settings.adopt_from)
 
 
 def _ignore(*_change: object) -> None:

@@ -36,6 +36,7 @@ from configmirror.flags import (
     Choice,
     Parser,
     UsageError,
+    adopt_from,
     boolean,
     duration,
     env_name,
@@ -136,6 +137,9 @@ def _parser() -> argparse.ArgumentParser:
              "a replica waits after its cause is first seen (a source deleted or no longer "
              "annotated, a namespace that stops matching); if the cause goes within it, "
              "nothing is written. 0s removes at once", duration)
+        _add(p, "--adopt-from", d.adopt_from, "take over the mirrors this tool made of every "
+             "source, in place (reflector or kubernetes-replicator; a source's own "
+             "configmirror.io/adopt also does; default '': none)", adopt_from)
         _add(p, "--log-format", d.log_format, "log format", choices=("text", "json"))
         p.flag("--log-level", d.log_level, "log level",
                Choice(("debug", "info", "warning", "error"), (("warn", "warning"),)))
@@ -587,7 +591,8 @@ def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None)
         print("no sources")
     for status in sources:
         print(f"{status.kind.lower()} {status.source}: {status.in_sync}/{status.targets} "
-              f"target(s) in sync" + ("" if status.exists else " (the source is gone)"))
+              f"target(s) in sync" + ("" if status.exists else " (the source is gone)")
+              + (f", {status.adopting} to adopt" if status.adopting else ""))
         for p in status.pending:
             when = f"in {format_duration(p['due_in'])}: " if p["due_in"] else ""
             print(f"  pending  {p['action']} {p['namespace']}/{p['name']}  ({when}{p['why']})")
@@ -596,7 +601,10 @@ def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None)
     if sources:
         pending = sum(len(s.pending) for s in sources)
         problems = sum(len(s.problems) for s in sources)
-        print(f"{len(sources)} source(s): {pending} pending, {problems} problem(s)")
+        adopting = sum(s.adopting for s in sources)
+        print(f"{len(sources)} source(s): {pending} pending"
+              + (f" ({adopting} adoption(s))" if adopting else "")
+              + f", {problems} problem(s)")
 
 
 def _print_plans(plans: list[ReplicationPlan]) -> None:

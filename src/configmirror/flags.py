@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from configmirror.settings import parse_duration
+from configmirror.spec import ADOPT_TOOLS, InvalidSpec, parse_adopt
 
 ENV_PREFIX = "CONFIGMIRROR_"
 _FLAGS = "_flags"  # where a parsed namespace keeps the flags of the command it parsed
@@ -77,6 +78,14 @@ def number(text: str) -> float:
 def duration(text: str) -> float:
     """Seconds (settings.parse_duration)."""
     return parse_duration(text)
+
+
+def adopt_from(text: str) -> str:
+    """A tool whose mirrors sources take over (spec.ADOPT_TOOLS), or "" for none."""
+    try:
+        return parse_adopt(text)
+    except InvalidSpec:
+        raise ValueError(f"not {' or '.join(ADOPT_TOOLS)} ('' for none)") from None
 
 
 @dataclass(frozen=True)

@@ -182,8 +182,8 @@ class Metrics:
         # Replication.
         self.replica_writes = Counter(
             "configmirror_replica_writes", "Replica writes by action (create, update, delete, "
-            "release; admitted: the mark of what admission changed) and resource (configmaps, "
-            "secrets)", ["action", "resource"], registry=r)
+            "release, adopt; admitted: the mark of what admission changed) and resource "
+            "(configmaps, secrets)", ["action", "resource"], registry=r)
         self.leader = Gauge("configmirror_leader", "1 while this process holds the lease",
                             registry=r)
         self.api_server_unavailable = Gauge(

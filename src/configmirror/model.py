@@ -29,7 +29,9 @@ from configmirror.admission import (
     holds,
     parse_admitted,
 )
+from configmirror.adoption import Mirror, marked, mirror_of
 from configmirror.spec import (
+    ADOPT,
     COPY_ANNOTATIONS,
     COPY_KEYS,
     COPY_LABELS,
@@ -52,6 +54,7 @@ from configmirror.spec import (
     Pulls,
     ReplicaRules,
     Spec,
+    parse_adopt,
     parse_copied,
     parse_lifecycle,
     parse_pulls,
@@ -126,6 +129,7 @@ class Source:
     content_hash: str             # digest of everything a replica must equal
     # The same, field by field (admission.field_entries): what `replica_holds` reads.
     fields: Mapping[str, str]
+    adopt: str = ""               # configmirror.io/adopt: whose mirrors it takes over
 
     def __repr__(self) -> str:
         """Never the payload: a Secret's values must not reach a log line or a traceback."""
@@ -162,6 +166,8 @@ class CachedObject:
     # (admission.ADMITTED). None for the common replica, held exactly as written.
     entries: frozenset[str] | None = None
     admitted: frozenset[str] = frozenset()
+    # Another tool's mirror (adoption.py), not ours: what plan.decide may adopt.
+    mirror: Mirror | None = None
 
     @property
     def key(self) -> str:
@@ -243,7 +249,7 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
     A replica carries the source's labels and annotations that its copy patterns select,
     minus the operator's drop list, plus our own marks.
     """
-    spec, invalid = None, None
+    spec, invalid, adopt = None, None, ""
     payload = _payload(raw, kind)
     try:
         spec = parse_spec(annotations.get(REPLICATE_TO), annotations.get(REPLICATE_TO_MATCHING),
@@ -252,6 +258,7 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
                               annotations.get(COPY_KEYS))
         lifecycle = parse_lifecycle(annotations.get(ON_DELETE), annotations.get(SYNC))
         payload = _copied_payload(payload, copied.keys, annotations.get(REPLICA_TYPE), kind)
+        adopt = parse_adopt(annotations.get(ADOPT))
     except InvalidSpec as err:
         spec, invalid = None, str(err)
         copied = parse_copied(None, None)  # what the replicas would be does not matter
@@ -265,7 +272,7 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
     digest = content_hash(payload, wanted_labels, wanted_annotations)
     annotations = {**wanted_annotations, CONTENT_HASH: digest}
     return Source(kind.name, spec, invalid, lifecycle, wanted_labels, annotations, payload,
-                  digest, field_entries(payload, wanted_labels, annotations))
+                  digest, field_entries(payload, wanted_labels, annotations), adopt)
 
 
 # -- transforms (the informers') ------------------------------------------------------------
@@ -303,7 +310,27 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind) -> Ca
         created=str(meta.get("creationTimestamp") or "") if compiled is not None else "",
         retain=annotations.get(ON_DELETE, "").strip() == "retain",
         entries=entries, admitted=admitted,
+        mirror=None if is_replica or not marked(annotations) else
+        foreign_mirror(raw, kind, labels, annotations),
     )
+
+
+def payload_digest(payload: Mapping[str, Any]) -> str:
+    """A digest of a payload's content (no labels, no annotations, not `immutable`, which
+    only turns on): whether another tool's mirror holds its source's content."""
+    return content_hash({k: v for k, v in payload.items() if k != "immutable"}, {}, {})
+
+
+def foreign_mirror(raw: Mapping[str, Any], kind: Kind, labels: Mapping[str, str],
+                   annotations: Mapping[str, str]) -> Mirror | None:
+    """Another tool's mirror, by its marks (adoption.mirror_of), with its payload's digest."""
+    payload = _payload(raw, kind)
+    found = mirror_of(annotations, [*(payload.get("data") or {}),
+                                    *(payload.get("binaryData") or {})])
+    if found is None:
+        return None
+    return Mirror(found[0], found[1], payload_digest(payload), payload["immutable"], dict(labels),
+                  dict(annotations))
 
 
 def replica_object(raw: Mapping[str, Any], kind: Kind, replica_of: str) -> CachedObject:

@@ -15,11 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from configmirror.model import CachedObject, Namespace, Source, replica_holds
+from configmirror.adoption import Mirror
+from configmirror.model import CachedObject, Namespace, Source, payload_digest, replica_holds
 from configmirror.spec import Scope
 from configmirror.vocabulary import Kind
 
-ActionKind = Literal["create", "update", "recreate", "delete", "release"]
+ActionKind = Literal["create", "update", "recreate", "delete", "release", "adopt"]
 REMOVALS = ("delete", "release")  # the actions that take a replica away: they wait
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ class Action:
     why: str
     source: str            # the key ("ns/name") of the source it is done for
     due_in: float = 0.0    # seconds until it may be done (a removal's grace); 0: now
+    # The tool whose mirror this write takes over ("": none): "adopt" is the one merge patch
+    # of a mirror with the source's content; an update (or recreate) adopts one without.
+    adopts: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,9 @@ class ReplicationPlan:
             "invalid": self.invalid,
             "not_allowed": self.not_allowed, "content": self.content,
             "actions": [{"action": a.kind, "namespace": a.namespace, "name": a.name,
-                         "why": a.why, "due_in": round(a.due_in, 1)} for a in self.actions],
+                         "why": a.why, "due_in": round(a.due_in, 1),
+                         **({"adopts": a.adopts} if a.adopts else {})}
+                        for a in self.actions],
             "conflicts": [{"namespace": c.namespace, "name": c.name, "owner": c.owner,
                            "message": c.message} for c in self.conflicts],
         }
@@ -307,10 +313,15 @@ def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespa
                      f"{namespace}/{name} goes to {winner.key}, the older source of that "
                      f"name; this one is left out") for c in others))
     if current.replica_of is None:
+        if current.mirror is not None and candidates:
+            adopted = _adoption(namespace, name, current, current.mirror, candidates, scope)
+            if adopted is not None:
+                return adopted
         return Decision(namespace, name, conflicts=tuple(
             Conflict(namespace, name, c.key, None,
                      f"{namespace}/{name} exists and is not a replica; it is left untouched "
-                     f"(delete it to let the replica be created)") for c in candidates))
+                     f"(delete it to let the replica be created{_adoptable(current, c)})")
+            for c in candidates))
 
     owner_key = current.replica_of
     conflicts = tuple(Conflict(namespace, name, c.key, owner_key,
@@ -355,6 +366,62 @@ def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespa
     return Decision(namespace, name, Action(
         "delete", namespace, name, current.resource_version, why, owner_key, due_in), source,
         after, then)
+
+
+def _adoption(namespace: str, name: str, current: CachedObject, mirror: Mirror,
+              candidates: list[CachedObject], scope: Scope) -> Decision | None:
+    """Who takes over another tool's mirror, and how; None: no one (it is foreign).
+
+    A mirror that names its source (kubernetes-reflector's `reflects`, kubernetes-replicator's
+    `replicate-from`) goes to that source, when it adopts from that tool. A copy that names
+    none (kubernetes-replicator's pushes) goes to the one source of its name that wants the
+    place and adopts from that tool, and only when no other source of that name wants the
+    place (either could have made it): otherwise none has it, and each is told why.
+    """
+    takers = [c for c in candidates if c.compiled is not None
+              and scope.adopts(c.compiled.adopt) == mirror.tool]
+    if mirror.names is not None:
+        owner = next((c for c in takers if c.key == mirror.names), None)
+    elif takers and len(candidates) > 1:
+        could = ", ".join(c.key for c in candidates)
+        return Decision(namespace, name, conflicts=tuple(
+            Conflict(namespace, name, c.key, None,
+                     f"{namespace}/{name} is a {mirror.tool} copy, which does not name its "
+                     f"source, and {could} could each have made it: none adopts it, and it is "
+                     f"left untouched (let one source alone target {namespace}, or delete "
+                     f"it to let the replica be created)") for c in candidates))
+    else:
+        owner = takers[0] if takers else None
+    if owner is None:
+        return None
+    assert owner.compiled is not None
+    conflicts = tuple(Conflict(namespace, name, c.key, owner.key,
+                               f"{namespace}/{name} is {mirror.tool}'s mirror of {owner.key}, "
+                               f"which adopts it; this one is left out")
+                      for c in candidates if c is not owner)
+    payload = owner.compiled.payload
+    if mirror.payload == payload_digest(payload) and (payload["immutable"]
+                                                       or not mirror.immutable):
+        action = Action("adopt", namespace, name, current.resource_version,
+                        f"{mirror.tool}'s mirror, with the source's content: one patch, its "
+                        f"marks out, ours in", owner.key, adopts=mirror.tool)
+    else:
+        # A mirror someone made immutable cannot change: it is recreated; any other is
+        # updated (turning `immutable` on, when the source is, is allowed).
+        change: ActionKind = "recreate" if mirror.immutable or current.type != payload.get(
+            "type", "") else "update"
+        action = Action(change, namespace, name, current.resource_version,
+                        f"adopts {mirror.tool}'s mirror, whose content differs from the "
+                        f"source", owner.key, adopts=mirror.tool)
+    return Decision(namespace, name, action, owner, conflicts)
+
+
+def _adoptable(current: CachedObject, source: CachedObject) -> str:
+    """A hint, on a conflict with another tool's mirror that `source` could adopt."""
+    mirror = current.mirror
+    if mirror is None or mirror.names not in (None, source.key):
+        return ""
+    return f"; it is {mirror.tool}'s mirror: configmirror.io/adopt: {mirror.tool} takes it over"
 
 
 def _released(current: CachedObject, source: CachedObject | None, why: str) -> bool:

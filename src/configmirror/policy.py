@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 # name without the dashes: --delete-grace is `delete-grace`.
 POLICY = ("source_namespaces", "source_namespace_selector", "exclude_namespaces",
           "secret_names", "secret_source_namespaces", "drop_labels", "drop_annotations",
-          "delete_grace")
+          "delete_grace", "adopt_from")
 POLICY_LABEL = PREFIX + "policy"
 PUBLISHED_BY = PREFIX + "published-by"
 PUBLISHED_AT = PREFIX + "published-at"

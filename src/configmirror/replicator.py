@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from configmirror.admission import ADMITTED, admitted_mark
+from configmirror.adoption import Mirror, adoption_patch
 from configmirror.events import EventRecorder
 from configmirror.kube import ApiError, Failure, Kube
 from configmirror.memory import Memory
@@ -80,15 +81,15 @@ MUTATED = "ReplicaMutated"
 PULL_NOT_ALLOWED = "PullNotAllowed"
 _ACTIONS = ("created", "updated", "deleted")
 _DONE = {"create": "created", "update": "updated", "recreate": "updated", "delete": "deleted",
-         "release": "released"}
+         "release": "released", "adopt": "adopted"}
 
 
 def replicated_message(counts: dict[str, int]) -> str:
     """The one `Replicated` Event per source change: "created 3, updated 1, deleted 0 replicas"
-    (and how many were released, when some were)."""
+    (and how many were released, or adopted from another tool, when some were)."""
     done = [f"{action} {counts.get(action, 0)}" for action in _ACTIONS]
-    if counts.get("released"):
-        done.append(f"released {counts['released']}")
+    done += [f"{action} {counts[action]}" for action in ("released", "adopted")
+             if counts.get(action)]
     return ", ".join(done) + " replicas"
 
 
@@ -234,7 +235,8 @@ class Replicator:
             return Result()
         try:
             self._apply(plan.action, plan.owner,
-                        current.admitted if current is not None else frozenset())
+                        current.admitted if current is not None else frozenset(),
+                        current.mirror if current is not None else None)
         except ApiError as err:
             failure = self._failed(plan.action, err, owner, plan.owner)
             if failure is None:
@@ -242,8 +244,9 @@ class Replicator:
             raise failure from None
         removals.forget(key.object_key)
         if owner is not None:
-            self._recorder.tally(owner, REPLICATED, _DONE[plan.action.kind], key.namespace,
-                                 replicated_message)
+            self._recorder.tally(owner, REPLICATED,
+                                 "adopted" if plan.action.adopts else _DONE[plan.action.kind],
+                                 key.namespace, replicated_message)
         return Result(changed=True)
 
     def _report_conflicts(self, key: Key, conflicts: tuple[Conflict, ...]) -> None:
@@ -271,9 +274,13 @@ class Replicator:
     # -- writes ---------------------------------------------------------------------------------
 
     def _apply(self, action: Action, owner: CachedObject | None,
-               admitted: frozenset[str]) -> None:
+               admitted: frozenset[str], mirror: Mirror | None = None) -> None:
         """Do `action`; `admitted`: the fields the replica there gives admission now (its
-        mark, which a rewrite keeps)."""
+        mark, which a rewrite keeps); `mirror`: the other tool's mirror there, if any."""
+        if action.kind == "adopt":
+            assert owner is not None and mirror is not None  # decide adopts only a mirror
+            self._adopt(action, owner, mirror)
+            return
         if action.kind == "delete":
             self._delete(action)
             return
@@ -295,10 +302,30 @@ class Replicator:
             self._delete(action)
         self._write("create", resource.collection(action.namespace), body, owner, admitted)
 
+    def _adopt(self, action: Action, owner: CachedObject, mirror: Mirror) -> None:
+        """Take over another tool's mirror that holds the source's content: one merge patch of
+        its labels and annotations (ours in, the tool's out) on the version decided from; the
+        object, its uid and its data stay as they are."""
+        compiled = owner.compiled
+        assert compiled is not None
+        patch = adoption_patch(mirror, compiled.labels, compiled.annotations,
+                               bool(compiled.payload["immutable"]), action.resource_version)
+        written = self._kube.request(
+            "patch", self._kind.resource.item(action.namespace, action.name), body=patch,
+            content_type="application/merge-patch+json")
+        self._count("adopt")
+        self._written(written, owner, frozenset())
+
     def _write(self, verb: str, path: str, body: dict[str, object], owner: CachedObject,
                carried: frozenset[str]) -> None:
         written = self._kube.request(verb, path, body=body)
         self._count(verb)
+        self._written(written, owner, carried)
+
+    def _written(self, written: dict[str, Any], owner: CachedObject,
+                 carried: frozenset[str]) -> None:
+        """Remember what the server stored of a write from `owner` (and mark on it what
+        admission changed)."""
         compiled = owner.compiled
         assert compiled is not None
         as_written = kept_as_written(compiled, written, self._kind)

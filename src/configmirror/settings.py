@@ -43,6 +43,9 @@ class Settings:
     # whose Secrets of those names are sources.
     secret_names: str = ""
     secret_source_namespaces: str = ""
+    # --adopt-from: whose mirrors every source takes over in place ("": none, unless a source
+    # says so with configmirror.io/adopt).
+    adopt_from: str = ""
 
     @property
     def secrets(self) -> list[str]:

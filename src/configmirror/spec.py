@@ -37,6 +37,11 @@ REPLICA_TYPE = PREFIX + "replica-type"
 ON_DELETE = PREFIX + "on-delete"
 SYNC = PREFIX + "sync"
 IGNORE_LABEL = PREFIX + "ignore"
+# Take over another replicator's mirrors of a source in place (model.Mirror, plan.decide).
+ADOPT = PREFIX + "adopt"
+REFLECTOR = "reflector"
+KUBERNETES_REPLICATOR = "kubernetes-replicator"
+ADOPT_TOOLS = (REFLECTOR, KUBERNETES_REPLICATOR)
 
 # The operator's limits by default (--exclude-namespaces, --drop-labels, --drop-annotations).
 DEFAULT_EXCLUDED = "kube-system,kube-public,kube-node-lease"
@@ -91,6 +96,9 @@ ANNOTATIONS = (
     Annotation(SYNC, "source", "`always` (default) or `once`",
                "`once`: a missing replica is created; an existing one is never updated or "
                "repaired"),
+    Annotation(ADOPT, "source", "`reflector` or `kubernetes-replicator`",
+               "take over, in its target namespaces, the mirrors that tool made of this "
+               "source: their marks out, ours in, the object (and its uid) kept"),
     Annotation(PULL, "Namespace", "comma-separated `[configmap/|secret/]NAMESPACE/NAME`",
                "the sources this namespace asks for; each gets a replica when its "
                "`pull-allowed(-matching)` admits the namespace"),
@@ -300,11 +308,13 @@ class Scope:
     source_selector: Selector | None = None
     source_selector_text: str = ""
     source_flag: str = "--source-namespaces"  # the flag that named source_namespaces
+    # --adopt-from: whose mirrors every source takes over ("": none unless it says so).
+    adopt_from: str = ""
 
     @classmethod
     def from_flags(cls, source_namespaces: str, exclude_namespaces: str,
                    source_namespace_selector: str = "",
-                   source_flag: str = "--source-namespaces") -> Scope:
+                   source_flag: str = "--source-namespaces", adopt_from: str = "") -> Scope:
         """From the flags; raises InvalidSpec naming the flag at fault. `source_flag` names
         the flag `source_namespaces` came from (Secrets have their own)."""
         selector = None
@@ -315,7 +325,13 @@ class Scope:
                 raise InvalidSpec(f"--source-namespace-selector: {err}") from None
         return cls(parse_patterns(source_namespaces, source_flag),
                    parse_patterns(exclude_namespaces, "--exclude-namespaces", empty_ok=True),
-                   selector, source_namespace_selector.strip(), source_flag)
+                   selector, source_namespace_selector.strip(), source_flag,
+                   parse_adopt(adopt_from, "--adopt-from"))
+
+    def adopts(self, own: str) -> str:
+        """Whose mirrors a source takes over: its own `adopt` annotation (`own`, parsed),
+        else --adopt-from."""
+        return own or self.adopt_from
 
     def honours(self, home: NamespaceLike) -> bool:
         """Whether a source in namespace `home` is acted on at all."""
@@ -370,6 +386,17 @@ def parse_lifecycle(on_delete: str | None, sync: str | None) -> Lifecycle:
             raise InvalidSpec(f"{annotation}: {value!r} is not {' or '.join(allowed)}")
     return Lifecycle(retain=(on_delete or "").strip() == "retain",
                      once=(sync or "").strip() == "once")
+
+
+def parse_adopt(text: str | None, what: str = ADOPT) -> str:
+    """Whose mirrors a source takes over (`configmirror.io/adopt`, or the operator's
+    --adopt-from): a tool's name, or "" for none; raises InvalidSpec naming `what`."""
+    if text is None or not text.strip():
+        return ""
+    tool = text.strip().lower()
+    if tool not in ADOPT_TOOLS:
+        raise InvalidSpec(f"{what}: {text!r} is not {' or '.join(ADOPT_TOOLS)}")
+    return tool
 
 
 @dataclass(frozen=True)

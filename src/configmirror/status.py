@@ -45,6 +45,7 @@ class SourceStatus:
     in_sync: int
     pending: tuple[dict[str, Any], ...]
     problems: tuple[Problem, ...]
+    adopting: int = 0  # of the pending writes, those that take over another tool's mirror
 
     @property
     def done(self) -> bool:
@@ -57,7 +58,7 @@ class SourceStatus:
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "source": self.source, "exists": self.exists,
                 "targets": self.targets, "in_sync": self.in_sync, "pending": list(self.pending),
-                "problems": [p.to_json() for p in self.problems]}
+                "adopting": self.adopting, "problems": [p.to_json() for p in self.problems]}
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,11 @@ def source_status(plan: ReplicationPlan, view: KindView,
         problems += [Problem("failed", f.message) for f in failures
                      if f.uid == source.uid and f.resource_version == source.resource_version]
     pending = tuple({"action": a.kind, "namespace": a.namespace, "name": a.name,
-                     "why": a.why, "due_in": round(a.due_in, 1)} for a in plan.actions)
+                     "why": a.why, "due_in": round(a.due_in, 1),
+                     **({"adopts": a.adopts} if a.adopts else {})} for a in plan.actions)
     return SourceStatus(plan.kind, plan.source, source is not None and source.compiled
                         is not None, len(plan.targets), plan.targets_in_sync, pending,
-                        tuple(problems))
+                        tuple(problems), sum(1 for a in plan.actions if a.adopts))
 
 
 def namespace_status(name: str, views: Mapping[str, KindView],

@@ -21,7 +21,7 @@ from configmirror.plan import (
 from configmirror.spec import DEFAULT_EXCLUDED, PULL, REPLICATE_TO, Scope
 from configmirror.store import Store
 from configmirror.vocabulary import CONFIGMAP, Kind
-from configmirror_testing import objects
+from configmirror_testing import objects, othertools
 
 KEY = "src/cfg"
 AT_ONCE = Grace.from_now(0.0)  # --delete-grace 0s: removals are due at once
@@ -54,6 +54,22 @@ def replica_of(src: ConfigMap, namespace: str, rv: str = "20", **edits: Any) -> 
     body["metadata"].update(uid=f"r-{namespace}", resourceVersion=rv)
     body.update(edits)
     return cached(body)
+
+
+def mirror(tool: str, src: ConfigMap, namespace: str, data: dict[str, str] | None = None,
+           rv: str = "30", **fields: Any) -> ConfigMap:
+    """Another tool's mirror of `src` in `namespace` ("reflector" or "kubernetes-replicator"),
+    as that tool writes it (othertools), with the source's data unless `data` says other;
+    `fields` override the body's top-level fields."""
+    assert src.compiled is not None
+    body = {"kind": "ConfigMap", "metadata": {
+        "namespace": src.namespace, "name": src.name, "resourceVersion": src.resource_version},
+        "data": dict(src.compiled.payload["data"] if data is None else data)}
+    made = (othertools.reflector_mirror(body, namespace) if tool == "reflector"
+            else othertools.replicator_copy(body, namespace))
+    made["metadata"].update(uid=f"m-{namespace}", resourceVersion=rv)
+    made.update(fields)
+    return cached(made)
 
 
 def plain(namespace: str, name: str = "cfg", annotations: dict[str, str] | None = None

@@ -108,7 +108,10 @@ class FakeKube:
                body: dict[str, Any]) -> dict[str, Any]:
         self.revision += 1
         stored = copy.deepcopy(body)
-        stored["metadata"].update(uid=f"w-{self.revision}", resourceVersion=str(self.revision))
+        # An update or a patch keeps the object (its uid), as the API server does.
+        uid = before["metadata"].get("uid") if before is not None else None
+        stored["metadata"].update(uid=uid or f"w-{self.revision}",
+                                  resourceVersion=str(self.revision))
         self.objects[key] = stored
         self.writes.append(Write(verb, key, before, copy.deepcopy(stored), self.clock.now()))
         return copy.deepcopy(stored)

@@ -2,7 +2,9 @@
 
 Each world has several sources per name (with creation times that tie and that do not),
 invalid ones, sources in namespaces that may not push, sources that retain their replicas or
-sync them once, leftovers of deleted sources, foreign objects, replicas in every state (in
+sync them once, leftovers of deleted sources, foreign objects, mirrors kubernetes-reflector
+and kubernetes-replicator made (of a source there or gone, with its content or stale; some
+sources adopt from one tool or the other), replicas in every state (in
 sync, stale, edited by hand, without their hash mark), and namespaces in every state
 (labelled, ignored, terminating, absent), and a delete grace of 0 or 30 s. Some namespaces
 have admission that changes every replica written there (a policy that adds a label, or one
@@ -55,6 +57,7 @@ from configmirror.reconcile import ReconcileError
 from configmirror.replicator import MUTATED, Replicator
 from configmirror.routing import namespace_keys, object_keys
 from configmirror.spec import (
+    ADOPT,
     ON_DELETE,
     PULL,
     PULL_ALLOWED,
@@ -68,6 +71,7 @@ from configmirror.spec import (
 from configmirror.store import Store
 from configmirror.vocabulary import CONFIGMAP
 from configmirror.workqueue import WorkQueue
+from configmirror_testing import othertools
 from configmirror_testing.builders import cached
 
 NAMESPACES = ("a", "b", "c", "d", "home1", "home2")
@@ -83,6 +87,7 @@ PULLS = ("", "", "home1/cfg", "home2/app, home1/cfg", "a/cfg, home9/cfg", "secre
          "not an entry, home2/cfg")
 LIFECYCLES = ({}, {}, {ON_DELETE: "retain"}, {SYNC: "once"}, {ON_DELETE: "retain", SYNC: "once"},
               {ON_DELETE: "keep"})  # the last is invalid
+ADOPTIONS = ({}, {ADOPT: "reflector"}, {ADOPT: "kubernetes-replicator"})
 SCOPE = Scope.from_flags("*", "kube-*", "push!=no")
 START = 1000.0  # the fake clock's time when the run starts
 
@@ -149,7 +154,7 @@ def worlds(draw: st.DrawFn) -> World:
             if home not in namespaces or not draw(st.booleans()):
                 continue
             targeting = {**draw(st.sampled_from(TARGETING)), **draw(st.sampled_from(CONSENTS)),
-                         **draw(st.sampled_from(LIFECYCLES))}
+                         **draw(st.sampled_from(LIFECYCLES)), **draw(st.sampled_from(ADOPTIONS))}
             body = source_body(home, name, targeting,
                                draw(st.sampled_from(["x", "y"])), draw(st.sampled_from(TIMES)),
                                draw(st.integers(0, 5)) == 0)
@@ -162,7 +167,8 @@ def worlds(draw: st.DrawFn) -> World:
             key = f"{namespace}/{name}"
             if key in objects:
                 continue
-            occupant = draw(st.sampled_from(["none", "none", "replica", "replica", "foreign"]))
+            occupant = draw(st.sampled_from(["none", "none", "replica", "replica", "foreign",
+                                             "reflector", "kubernetes-replicator"]))
             if occupant == "foreign":
                 objects[key] = {"metadata": {"namespace": namespace, "name": name,
                                              "uid": f"f-{key}", "resourceVersion": "1"},
@@ -173,6 +179,17 @@ def worlds(draw: st.DrawFn) -> World:
             if occupant == "none" or not owners:
                 continue
             owner = draw(st.sampled_from(owners))
+            if occupant in ("reflector", "kubernetes-replicator"):
+                # As that tool writes it (othertools), of a source there or gone.
+                origin = copy.deepcopy(owner)
+                if draw(st.booleans()):
+                    origin["data"] = {"k": "old"}
+                made = (othertools.reflector_mirror(origin, namespace)
+                        if occupant == "reflector"
+                        else othertools.replicator_copy(origin, namespace))
+                made["metadata"].update(uid=f"m-{key}", resourceVersion="1")
+                objects[key] = made
+                continue
             if not set(SOURCE_ANNOTATIONS) & set(owner["metadata"]["annotations"]):
                 continue  # never a source: it has no replicas
             state = draw(st.sampled_from(["in sync", "stale", "edited", "no hash", "labelled",
@@ -230,12 +247,15 @@ class RecordingServer:
             if stored.get("immutable"):
                 raise ApiError(422, "Invalid", "field is immutable", verb, path)
             return self._store(verb, key, body)
-        if verb == "patch":  # a JSON merge patch of metadata (releasing or marking a replica)
+        if verb == "patch":  # a JSON merge patch (releasing, marking or adopting a replica)
             marking = set(body["metadata"].get("annotations") or {}) == {ADMITTED}
             if body["metadata"].pop("resourceVersion") != stored["metadata"]["resourceVersion"]:
                 raise ApiError(409, "Conflict", "the object has been modified", verb, path)
-            owner = stored["metadata"]["annotations"][REPLICA_OF]
+            adopting = (body["metadata"].get("annotations") or {}).get(REPLICA_OF)
+            owner = adopting or stored["metadata"]["annotations"][REPLICA_OF]
             patched = copy.deepcopy(stored)
+            if body.get("immutable"):
+                patched["immutable"] = True
             for field_name, changes in body["metadata"].items():
                 values = patched["metadata"].setdefault(field_name, {})
                 for k, v in changes.items():
@@ -244,14 +264,15 @@ class RecordingServer:
                     else:
                         values[k] = v
             self._store("patch", key, patched)
-            self.writes[-1] = ("admitted" if marking else "release", key, owner)
+            self.writes[-1] = ("adopt" if adopting else "admitted" if marking else "release",
+                               key, owner)
             return copy.deepcopy(self.objects[key])
         assert verb == "delete", verb
         if body["preconditions"]["resourceVersion"] != stored["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", "precondition failed", verb, path)
         del self.objects[key]
         self.revision += 1
-        self.writes.append(("delete", key, stored["metadata"]["annotations"][REPLICA_OF]))
+        self.writes.append(("delete", key, stored["metadata"]["annotations"].get(REPLICA_OF, "")))
         self.times.append(self.clock.now() - START)
         return {}
 
@@ -354,7 +375,7 @@ def expected_writes(plans: list[Any], world: World) -> Counter[tuple[str, str, s
             where = f"{a.namespace}/{a.name}"
             for verb in (("delete", "create") if a.kind == "recreate" else (a.kind,)):
                 writes[(verb, where, a.source, a.due_in)] += 1
-            if a.kind in ("create", "update", "recreate") and \
+            if a.kind in ("create", "update", "recreate", "adopt") and \
                     world.admission.get(a.namespace) == "data":
                 current = world.objects.get(where) if a.kind != "create" else None
                 if current is None or ADMITTED not in current["metadata"]["annotations"]:
@@ -386,7 +407,7 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
     # What admission changed is said once per source that wrote where admission acts.
     mutated = [obj for r, obj, _ in recorder.warnings if r == MUTATED]
     assert sorted(mutated) == sorted({source for verb, where, source in server.writes
-                                      if verb in ("create", "update")
+                                      if verb in ("create", "update", "adopt")
                                       and world.admission.get(where.split("/", 1)[0])})
 
     # Every pull that gets nothing is said once, on its Namespace, with why.

@@ -4,6 +4,7 @@ one line each that says which operator, which flag overrides it, or that there i
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,10 @@ def test_an_unanswered_publish_backs_off_is_logged_once_then_refreshes(
         "published the policy to configmap configmirror/configmirror-policy"]
     assert kube.request.call_args.args[0] == "delete"
     assert kube.request.call_args.kwargs["body"]["preconditions"] == {"resourceVersion": "3"}
+
+
+def test_the_commands_adopt_as_the_operator_does() -> None:
+    settings, _ = judge_with([published(replace(DEPLOYED, adopt_from="reflector"))],
+                             Settings(), {})
+    assert settings.adopt_from == "reflector"
+    assert policy_data(DEPLOYED)["adopt-from"] == ""  # off, and said so

@@ -80,7 +80,8 @@ def test_a_source_in_sync_everywhere_is_done_and_says_so_in_json() -> None:
     status = source_status(plan_of(v), v, ())
     assert status.done
     assert status.to_json() == {"kind": "ConfigMap", "source": "src/cfg", "exists": True,
-                                "targets": 1, "in_sync": 1, "pending": [], "problems": []}
+                                "targets": 1, "in_sync": 1, "pending": [], "adopting": 0,
+                                "problems": []}
 
 
 def test_a_removal_pending_shows_its_grace_to_a_tenth_of_a_second() -> None:
