@@ -112,7 +112,7 @@ def test_the_readme_kind_quickstart_replicates_the_example_and_status_says_in_sy
     assert "following the operator in namespace configmirror" in done.stderr, done.stderr
     assert "overrides" not in done.stderr, done.stderr
     for namespace in TARGETS:
-        held = run([*status, "-n", namespace], timeout=120).stdout
+        held = run([*status, "--target-namespace", namespace], timeout=120).stdout
         assert "holds  configmap shared-ca  replica of platform/shared-ca (in sync)" in held, \
             (namespace, held)
 
