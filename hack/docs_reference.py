@@ -377,6 +377,7 @@ def alerts_page() -> str:
              "PrometheusRule and `deploy/monitoring/` carry. Each section is the alert's "
              "runbook: what it means and what to check. How to turn the alerts on is in "
              "[Operations](../operations.md#alerts).\n\n")
+    page += _runbook_urls(rules)
     page += _table(["alert", "severity", "for", "summary"],
                    [[f"[`{r['alert']}`](#{r['alert'].lower()})", r["labels"]["severity"],
                      r.get("for", "0s"), r["annotations"]["summary"].strip()]
@@ -391,6 +392,30 @@ def alerts_page() -> str:
                      f"{_text(notes['description'].strip())}\n\n**What to check.** "
                      f"{_text(notes['runbook'].strip())}\n\n```promql\n{rule['expr'].strip()}\n```\n")
     return page
+
+
+RUNBOOK_BASE_EXAMPLE = "https://docs.example.com/configmirror"
+
+
+def _runbook_urls(rules: dict[str, Any]) -> str:
+    """How each alert's runbook_url (a path in this site) becomes a link to your copy."""
+    ops = "".join(
+        f"      - op: replace\n"
+        f"        path: /spec/groups/{g}/rules/{r}/annotations/runbook_url\n"
+        f"        value: {RUNBOOK_BASE_EXAMPLE}/{rule['annotations']['runbook_url']}\n"
+        for g, group in enumerate(rules["groups"])
+        for r, rule in enumerate(group["rules"]) if "alert" in rule)
+    kustomization = ("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                     "resources:\n  - ../configmirror/deploy/monitoring   # your checkout's\n"
+                     "patches:\n  - target:\n      kind: PrometheusRule\n"
+                     "      name: configmirror\n    patch: |-\n" + ops)
+    return ("Every alert's `runbook_url` annotation links to its section below: it is "
+            "`reference/alerts/#<alert>`, a path in this site, since no site is published "
+            "yet. Where you serve these docs, make it a full URL: with the chart, set "
+            "`metrics.prometheusRule.runbookBaseURL` (e.g. "
+            f"`{RUNBOOK_BASE_EXAMPLE}`); with `deploy/monitoring/`, apply a kustomization of "
+            "your own that patches it, your URL in place of the example's:\n\n"
+            f"```yaml\n{kustomization}```\n\n")
 
 
 PAGES: dict[str, Callable[[], str]] = {

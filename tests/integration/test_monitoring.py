@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -377,6 +378,32 @@ def test_deploy_monitoring_renders_the_charts_prometheus_rule(
     assert kustomized[0] == charted, (
         "deploy/monitoring/prometheusrule.yaml differs from the chart's rendering of "
         "files/prometheus-rules.yaml (change both):\n" + yaml_diff(kustomized[0], charted))
+
+
+def test_runbook_base_url_makes_every_runbook_url_a_link_in_the_chart_and_in_deploy(
+        cluster: Cluster, helm: Helm, tmp_path: Path) -> None:
+    """The chart's metrics.prometheusRule.runbookBaseURL, and the kustomize patch
+    docs/reference/alerts.md gives for deploy/monitoring/ (taken from the page as written,
+    its base pointed at this checkout), put the same URL before every alert's runbook_url
+    and change nothing else."""
+    base = "https://docs.example.com/configmirror"
+    charted = without_helm_labels(one(rendered(helm, tmp_path, {"metrics": {"prometheusRule": {
+        "enabled": True, "runbookBaseURL": base + "/"}}}), "PrometheusRule"))
+    expected = without_helm_labels(one(rendered(
+        helm, tmp_path, {"metrics": {"prometheusRule": {"enabled": True}}}), "PrometheusRule"))
+    for group in expected["spec"]["groups"]:
+        for r in group["rules"]:
+            r["annotations"]["runbook_url"] = f"{base}/{r['annotations']['runbook_url']}"
+    assert charted == expected, yaml_diff(expected, charted)
+    page = (REPO / "docs" / "reference" / "alerts.md").read_text()
+    [block] = [b.split("\n", 1)[1] for b in page.split("```")[1::2]
+               if b.startswith("yaml\n") and "kind: Kustomization" in b]
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "kustomization.yaml").write_text(block.replace(
+        "../configmirror/deploy/monitoring", os.path.relpath(DEPLOY_MONITORING, ours)))
+    [patched] = documents(cluster.require_plane().kubectl("kustomize", str(ours)).stdout)
+    assert patched == expected, yaml_diff(expected, patched)
 
 
 def test_chart_dashboard_configmap_holds_the_dashboard_for_the_sidecar(

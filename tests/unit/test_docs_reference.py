@@ -80,3 +80,32 @@ def test_the_readme_quickstart_loads_the_image_deploy_runs_and_labels_what_it_se
     assert "--source-namespace-selector=configmirror.io/source=true" in container["args"]
     assert "kubectl label namespace platform configmirror.io/source=true" in readme
     assert "kubectl apply -k deploy/" in readme
+
+
+def _anchors(page: Path) -> set[str]:
+    """The ids MkDocs gives `page`'s headings (the toc extension, as mkdocs.yml configures it)."""
+    import markdown
+
+    html = markdown.markdown(page.read_text(), extensions=["toc", "attr_list", "fenced_code"])
+    return set(re.findall(r'<h[1-6] id="([^"]+)"', html))
+
+
+def test_every_alert_links_its_runbook_by_an_anchor_the_docs_have() -> None:
+    """runbook_url is a path in the docs site (reference/alerts/#<alert>, the site's URL of
+    docs/reference/alerts.md and that alert's section), in the chart's rules file and in
+    deploy/monitoring/ alike; the chart's runbookBaseURL and the documented kustomize patch
+    put a site's URL before it."""
+    anchors = _anchors(REPO / "docs" / "reference" / "alerts.md")
+    files = {"chart": yaml.safe_load(
+                 (REPO / "charts/configmirror/files/prometheus-rules.yaml").read_text()),
+             "deploy": yaml.safe_load(
+                 (REPO / "deploy/monitoring/prometheusrule.yaml").read_text())["spec"]}
+    for where, rules in files.items():
+        alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
+        assert len(alerts) >= 7, where
+        for rule in alerts:
+            url = rule["annotations"].get("runbook_url", "")
+            page, _, anchor = url.partition("#")
+            assert page == "reference/alerts/", (where, rule["alert"], url)
+            assert anchor == rule["alert"].lower() and anchor in anchors, \
+                (where, rule["alert"], url, sorted(anchors))
