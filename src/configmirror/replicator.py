@@ -44,6 +44,7 @@ from configmirror.model import (
     Namespace,
     admission_changes,
     admitted_fields,
+    fixed_of,
     kept_as_written,
     pull_key,
     replica_object,
@@ -266,7 +267,7 @@ class Replicator:
         return self._memory.expectations.view(key, self._caches.get)
 
     def _ref(self, obj: CachedObject) -> ObjectRef:
-        return ObjectRef.of(obj, self._kind.name)
+        return ObjectRef.of(obj, self._kind.name, self._kind.resource.api_version)
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -309,7 +310,7 @@ class Replicator:
                 uid=str(meta.get("uid", "")),
                 resource_version=str(meta.get("resourceVersion", "")), replica_of=owner.key,
                 immutable=bool(written.get("immutable")), content_hash=compiled.content_hash,
-                compiled=None, type=str(written.get("type") or ""), retain=compiled.lifecycle
+                compiled=None, type=fixed_of(written, self._kind), retain=compiled.lifecycle
                 .retain))
             return
         admitted = frozenset[str]() if as_written else admitted_fields(compiled, written,
@@ -379,7 +380,7 @@ class Replicator:
             namespace=action.namespace, name=action.name, uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")), replica_of=None,
             immutable=bool(written.get("immutable")), content_hash="", compiled=None,
-            type=str(written.get("type") or "")))
+            type=fixed_of(written, self._kind)))
 
     def _delete(self, action: Action) -> None:
         # Precondition on the version we planned from: a replica edited meanwhile gets a 409

@@ -43,11 +43,20 @@ class Settings:
     # whose Secrets of those names are sources.
     secret_names: str = ""
     secret_source_namespaces: str = ""
+    # The kinds replicated (comma-separated; the flag may be repeated): ConfigMaps always,
+    # and each other kind only when named here (its RBAC comes with it).
+    kinds: str = "configmap"
 
     @property
     def secrets(self) -> list[str]:
         """The Secret names replicated (empty: Secrets are never read)."""
         return [n.strip() for n in self.secret_names.split(",") if n.strip()]
+
+    @property
+    def kind_names(self) -> list[str]:
+        """The kinds --kinds names, as written (lower case), each once, in order."""
+        names = (n.strip().lower() for n in self.kinds.split(","))
+        return list(dict.fromkeys(n for n in names if n))
 
 
 # Go's time.ParseDuration: a sign, then one or more numbers each with its unit.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from configmirror.selector import Selector, SelectorError, parse_selector
+from configmirror.vocabulary import CONFIGMAP, OPTIONAL, SECRET
 
 PREFIX = "configmirror.io/"
 REPLICATE_TO = PREFIX + "replicate-to"
@@ -254,7 +255,8 @@ class Pulls:
 
 
 NO_PULLS = Pulls(frozenset())
-_PULL_KINDS = {"configmap": "ConfigMap", "secret": "Secret"}
+# How an entry names each kind: its name in lower case (configmap, secret, networkpolicy).
+_PULL_KINDS = {k.flag: k.name for k in (CONFIGMAP, SECRET, *OPTIONAL.values())}
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?"
                             r"(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -262,8 +264,9 @@ _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 
 def parse_pulls(text: str | None) -> Pulls:
     """`platform/shared-ca, secret/platform/registry-creds`: entries
-    `[configmap/|secret/]NAMESPACE/NAME` (a ConfigMap when no kind is said). An entry that
-    does not parse is kept as a fault naming it; the others still count."""
+    `[KIND/]NAMESPACE/NAME` (KIND: configmap, the default, secret, or a kind --kinds may turn
+    on, e.g. networkpolicy). An entry that does not parse is kept as a fault naming it; the
+    others still count."""
     if text is None:
         return NO_PULLS
     entries: set[tuple[str, str]] = set()
@@ -277,7 +280,8 @@ def parse_pulls(text: str | None) -> Pulls:
             kind = _PULL_KINDS.get(parts[0].lower(), "")
             parts = parts[1:]
         if len(parts) != 2 or not kind:
-            faults.append((entry, "not [configmap/|secret/]NAMESPACE/NAME"))
+            faults.append((entry, f"not [KIND/]NAMESPACE/NAME (KIND: "
+                                  f"{', '.join(_PULL_KINDS)})"))
         elif not _DNS_LABEL.fullmatch(parts[0]) or not _DNS_SUBDOMAIN.fullmatch(parts[1]):
             faults.append((entry, "not a namespace and an object name (lower-case DNS "
                                   "names)"))

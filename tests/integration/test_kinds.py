@@ -1,0 +1,275 @@
+"""Kinds turned on by --kinds, against the real API server: the ConfigMap contract holds for
+each, table-driven (one test per behaviour, parametrized over the kinds, never a copy per
+kind), and RBAC per kind: deploy/'s components grant exactly what a kind turned on needs.
+
+The operator runs as deploy/'s ServiceAccount with deploy/'s RBAC plus the kinds'
+components, applied for real, as a user would install them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from configmirror.model import RELEASED_FROM, REPLICA_OF
+from configmirror.spec import (
+    ON_DELETE,
+    PULL,
+    PULL_ALLOWED,
+    REPLICATE_TO,
+    REPLICATE_TO_MATCHING,
+)
+from configmirror.vocabulary import OPTIONAL, Kind
+from configmirror_testing.cluster import REPO, Cluster, Namespaces
+from configmirror_testing.e2e import Operators, events
+from configmirror_testing.objects import KIND_CONTENTS, of_kind
+from configmirror_testing.operator import OperatorProcess
+from configmirror_testing.wait import wait_for
+
+pytestmark = pytest.mark.controlplane
+KINDS = sorted(OPTIONAL)
+COMPONENTS = REPO / "deploy" / "components"
+NAME = "team-default"
+
+
+class Objects:
+    """One kind's objects through the admin's client (its REST paths: vocabulary.Resource)."""
+
+    def __init__(self, cluster: Cluster, kind: Kind) -> None:
+        self.api = cluster.api_client
+        self.kind = kind
+
+    def _call(self, method: str, path: str, body: Any = None,
+              content_type: str = "application/json") -> Any:
+        request = self.api.param_serialize(
+            method, path, body=body, auth_settings=["BearerToken"],
+            header_params={"Content-Type": content_type, "Accept": "application/json"})
+        response = self.api.call_api(*request, _request_timeout=10)
+        response.read()
+        if not 200 <= response.status < 300:
+            raise client.ApiException(http_resp=response)
+        return json.loads(response.data)
+
+    def create(self, namespace: str, fields: dict[str, Any],
+               annotations: dict[str, str] | None = None, name: str = NAME) -> Any:
+        return self._call("POST", self.kind.resource.collection(namespace),
+                          of_kind(self.kind, name, fields, annotations))
+
+    def read(self, namespace: str, name: str = NAME) -> dict[str, Any] | None:
+        try:
+            found: dict[str, Any] = self._call("GET", self.kind.resource.item(namespace, name))
+        except client.ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found
+
+    def patch(self, namespace: str, patch: dict[str, Any], name: str = NAME) -> Any:
+        return self._call("PATCH", self.kind.resource.item(namespace, name), patch,
+                          "application/merge-patch+json")
+
+    def replace(self, namespace: str, fields: dict[str, Any], name: str = NAME) -> Any:
+        """Each of `fields` replaced whole (a JSON patch), as a hand edit does."""
+        return self._call("PATCH", self.kind.resource.item(namespace, name),
+                          [{"op": "replace", "path": f"/{f}", "value": v}
+                           for f, v in fields.items()], "application/json-patch+json")
+
+    def delete(self, namespace: str, name: str = NAME) -> None:
+        self._call("DELETE", self.kind.resource.item(namespace, name))
+
+    def content(self, obj: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if obj is None else {f: obj[f] for f in self.kind.payload if f in obj}
+
+    def wait_copy(self, namespace: str, source: str, timeout: float = 10,
+                  name: str = NAME) -> dict[str, Any]:
+        """The replica in `namespace` once it holds what the source in `source` holds."""
+        def check() -> dict[str, Any] | None:
+            replica = self.read(namespace, name)
+            wanted = self.content(self.read(source, name))
+            return replica if replica is not None and self.content(replica) == wanted \
+                and _annotations(replica).get(REPLICA_OF) == f"{source}/{name}" else None
+        return wait_for(check, timeout=timeout,
+                        what=f"{self.kind.name} {namespace}/{name} a copy of {source}/{name}")
+
+    def wait_gone(self, namespace: str, timeout: float = 10, name: str = NAME) -> None:
+        wait_for(lambda: self.read(namespace, name) is None, timeout=timeout,
+                 what=f"{self.kind.name} {namespace}/{name} gone")
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+@pytest.fixture(scope="module")
+def kinds_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+                     ) -> Iterator[Path]:
+    """deploy/ with every kind's component applied for real; a kubeconfig holding only a
+    token of its ServiceAccount."""
+    plane = cluster.require_plane()
+    folder = tmp_path_factory.mktemp("kinds-install")
+    shutil.copytree(REPO / "deploy", folder / "deploy")
+    (folder / "overlay").mkdir()
+    (folder / "overlay" / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": ["../deploy"],
+        "components": [f"../deploy/components/{kind}" for kind in KINDS]}))
+    plane.kubectl("apply", "-f", str(REPO / "deploy" / "namespace.yaml"))
+    plane.kubectl("apply", "-k", str(folder / "overlay"))
+    try:
+        yield cluster.token_kubeconfig("configmirror", "configmirror", folder / "kubeconfig")
+    finally:  # deploy/'s own objects stay (test_deploy shares them), their flags with them
+        plane.kubectl("apply", "-k", str(REPO / "deploy"))
+        for kind in KINDS:
+            plane.kubectl("delete", "--ignore-not-found", "-f",
+                          str(COMPONENTS / kind / "rbac.yaml"))
+
+
+@pytest.fixture
+def start(operators: Operators, kinds_kubeconfig: Path) -> Any:
+    def start(*flags: str) -> OperatorProcess:
+        return operators(*(f"--kinds={kind}" for kind in KINDS), *flags,
+                         kubeconfig=kinds_kubeconfig)
+    return start
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> Kind:
+    return OPTIONAL[request.param]
+
+
+# -- the contract, for every kind ----------------------------------------------------------------
+
+def test_a_matching_source_reaches_every_matching_namespace_and_a_new_one_within_2s(
+        cluster: Cluster, namespaces: Namespaces, start: Any, kind: Kind) -> None:
+    objects = Objects(cluster, kind)
+    source = namespaces()
+    teams = [namespaces({"tier": "team"}) for _ in range(2)]
+    other = namespaces({"tier": "infra"})
+    start()
+    objects.create(source, KIND_CONTENTS[kind.flag][0], {REPLICATE_TO_MATCHING: "tier=team"})
+    for team in teams:
+        replica = objects.wait_copy(team, source)
+        assert replica["apiVersion"] == kind.resource.api_version
+    later = namespaces({"tier": "team"})
+    objects.wait_copy(later, source, timeout=2)
+    assert objects.read(other) is None
+    (event, *_) = wait_for(lambda: events(cluster, source, NAME, "Replicated"),
+                           what="the Replicated Event")
+    assert event.involved_object.kind == kind.name
+    assert event.involved_object.api_version == kind.resource.api_version
+
+
+def test_an_edit_updates_every_replica_and_a_hand_edit_or_deletion_is_repaired(
+        cluster: Cluster, namespaces: Namespaces, start: Any, kind: Kind) -> None:
+    objects = Objects(cluster, kind)
+    first, edited = KIND_CONTENTS[kind.flag]
+    source, team = namespaces(), namespaces()
+    operator = start()
+    objects.create(source, first, {REPLICATE_TO: team})
+    objects.wait_copy(team, source)
+    objects.patch(source, edited)
+    objects.wait_copy(team, source)
+    assert objects.content(objects.read(team)) == objects.content(objects.read(source))
+    objects.replace(team, first)  # by hand: drift
+    objects.wait_copy(team, source)
+    objects.delete(team)
+    objects.wait_copy(team, source)
+    operator.wait_idle()
+    written = operator.metric("configmirror_replica_writes_total", resource=kind.plural)
+    assert written >= 4, "create, update, repair, re-create: counted under the kind"
+
+
+def test_a_foreign_object_is_left_alone_and_replaced_once_deleted(
+        cluster: Cluster, namespaces: Namespaces, start: Any, kind: Kind) -> None:
+    objects = Objects(cluster, kind)
+    first, edited = KIND_CONTENTS[kind.flag]
+    source, team = namespaces(), namespaces()
+    objects.create(team, edited)  # the team's own
+    start()
+    objects.create(source, first, {REPLICATE_TO: team})
+    (conflict, *_) = wait_for(lambda: events(cluster, source, NAME, "TargetConflict"),
+                              what="the TargetConflict Event")
+    assert f"{team}/{NAME} exists and is not a replica" in conflict.message
+    foreign = objects.read(team)
+    assert foreign is not None and REPLICA_OF not in _annotations(foreign)
+    assert objects.content(foreign) != objects.content(objects.read(source))
+    objects.delete(team)
+    objects.wait_copy(team, source)
+
+
+def test_a_namespace_pulls_a_source_that_allows_it(
+        cluster: Cluster, namespaces: Namespaces, start: Any, kind: Kind) -> None:
+    objects = Objects(cluster, kind)
+    source = namespaces()
+    start()
+    objects.create(source, KIND_CONTENTS[kind.flag][0], {PULL_ALLOWED: "*"})
+    team = namespaces()
+    cluster.core.patch_namespace(team, {"metadata": {"annotations": {
+        PULL: f"{kind.flag}/{source}/{NAME}"}}})
+    objects.wait_copy(team, source)
+    cluster.core.patch_namespace(team, {"metadata": {"annotations": {PULL: None}}})
+    objects.wait_gone(team)
+
+
+def test_a_removal_waits_out_the_grace_and_retain_releases(
+        cluster: Cluster, namespaces: Namespaces, start: Any, kind: Kind) -> None:
+    objects = Objects(cluster, kind)
+    first, _ = KIND_CONTENTS[kind.flag]
+    source = namespaces()
+    leaving, kept = namespaces({"tier": "team"}), namespaces({"tier": "team"})
+    operator = start("--delete-grace=3s")
+    objects.create(source, first, {REPLICATE_TO_MATCHING: "tier=team", ON_DELETE: "retain"})
+    objects.wait_copy(leaving, source)
+    objects.wait_copy(kept, source)
+    cluster.core.patch_namespace(leaving, {"metadata": {"labels": {"tier": None}}})
+    wait_for(lambda: operator.metric("configmirror_pending_removals") >= 1,
+             what="the removal to wait out its grace")
+    assert objects.read(leaving) is not None, "nothing is removed within the grace"
+    objects.wait_gone(leaving, timeout=15)
+    objects.delete(source)  # retain: the replica stays, as the namespace's own
+    released = wait_for(lambda: RELEASED_FROM in _annotations(objects.read(kept) or {}),
+                        timeout=15, what="the replica released")
+    assert released
+    replica = objects.read(kept)
+    assert replica is not None and REPLICA_OF not in _annotations(replica)
+    assert objects.content(replica) == first
+
+
+# -- RBAC: exactly what a kind turned on needs ---------------------------------------------------
+
+RESOURCES = {"networkpolicy": "networkpolicies.networking.k8s.io",
+             "limitrange": "limitranges", "resourcequota": "resourcequotas"}
+
+
+@pytest.mark.parametrize("name", KINDS)
+@pytest.mark.parametrize(("verb", "namespace", "allowed"), [
+    ("list", None, True), ("watch", None, True), ("create", "default", True),
+    ("update", "default", True), ("patch", "default", True), ("delete", "default", True),
+    ("get", "default", False), ("deletecollection", "default", False),
+])
+def test_a_kinds_component_grants_exactly_the_verbs_configmirror_uses(
+        cluster: Cluster, kinds_kubeconfig: Path, name: str, verb: str,
+        namespace: str | None, allowed: bool) -> None:
+    scope = ["--namespace", namespace] if namespace else ["--all-namespaces"]
+    done = cluster.require_plane().kubectl("auth", "can-i", verb, RESOURCES[name], *scope,
+                                           kubeconfig=kinds_kubeconfig, check=False)
+    assert done.stdout.strip() == ("yes" if allowed else "no"), done.stdout + done.stderr
+
+
+def test_every_component_names_its_kind_in_its_flag_and_its_rbac_only() -> None:
+    for name in KINDS:
+        folder = COMPONENTS / name
+        patch = yaml.safe_load((folder / "kustomization.yaml").read_text())["patches"][0]
+        assert [op["value"] for op in yaml.safe_load(patch["patch"])] == [f"--kinds={name}"]
+        (role,) = [d for d in yaml.safe_load_all((folder / "rbac.yaml").read_text())
+                   if d["kind"] == "ClusterRole"]
+        resource = OPTIONAL[name].resource
+        assert role["rules"] == [{"apiGroups": [resource.group], "resources":
+                                  [resource.plural], "verbs": ["list", "watch", "create",
+                                                               "update", "patch", "delete"]}]
