@@ -5,7 +5,7 @@ Flags follow the Go tools (`flags`): booleans as `--flag`, `--flag=true|false`, 
 durations as `90s`, `10m`, `1h30m`; every flag but those choosing what to show (`-n`,
 `--target-namespace`) also an environment variable (`--max-retries` is
 CONFIGMIRROR_MAX_RETRIES), the command line winning. A source is named as
-in the pull annotation, `[configmap/|secret/]NS/NAME`, or as kubectl names it, `-n NS
+in the pull annotation, `[KIND/]NS/NAME`, or as kubectl names it, `-n NS
 [KIND/]NAME`. Mistakes a user can make (bad flags, no kubeconfig, unreachable cluster) end in
 one line on stderr and exit code 1 (`wait`: 3), never a traceback.
 """

@@ -92,7 +92,8 @@ ANNOTATIONS = (
     Annotation(SYNC, "source", "`always` (default) or `once`",
                "`once`: a missing replica is created; an existing one is never updated or "
                "repaired"),
-    Annotation(PULL, "Namespace", "comma-separated `[configmap/|secret/]NAMESPACE/NAME`",
+    Annotation(PULL, "Namespace", "comma-separated `[KIND/]NAMESPACE/NAME` (KIND: configmap, "
+               "the default, secret, or a kind `--kinds` turns on, e.g. networkpolicy)",
                "the sources this namespace asks for; each gets a replica when its "
                "`pull-allowed(-matching)` admits the namespace"),
     Annotation(IGNORE_LABEL, "Namespace (label)", "`true`",
