@@ -136,6 +136,9 @@ def _parser() -> argparse.ArgumentParser:
                "named (otherwise it is never read: RBAC comes per kind); sources of every "
                "kind only where --source-namespaces and --source-namespace-selector allow",
                repeat=True)
+        _add(p, "--bindable-roles", d.bindable_roles, "the roles (names, comma-separated) a "
+             "replicated RoleBinding may reference; the operator's RBAC grants bind on these "
+             "only; a RoleBinding source binding any other is an InvalidSpec (default: none)")
         _add(p, "--drop-labels", d.drop_labels, "label keys never copied to a replica (globs, "
              "! excludes; replaces the default list, which holds the keys by which Argo CD, "
              "Flux, Helm and cert-manager claim objects; '' drops nothing)")
@@ -335,7 +338,8 @@ def _kinds(settings: Settings) -> list[Replicated]:
 
 def _rules(settings: Settings) -> ReplicaRules:
     try:
-        return ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations)
+        return ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations,
+                                       settings.bindable_roles)
     except InvalidSpec as err:
         raise UsageError(str(err)) from None
 

@@ -60,7 +60,7 @@ from configmirror.spec import (
     replica_secret_type,
 )
 from configmirror.store import Store
-from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
+from configmirror.vocabulary import CONFIGMAP, ROLEBINDING, SECRET, Kind
 
 REPLICA_OF = PREFIX + "replica-of"
 CONTENT_HASH = PREFIX + "content-hash"
@@ -259,10 +259,16 @@ def _kept(items: Mapping[str, str], copy: Patterns, drop: Patterns) -> dict[str,
 
 
 def _copied_payload(payload: dict[str, Any], keys: Patterns | None, replica_type: str | None,
-                    kind: Kind) -> dict[str, Any]:
+                    kind: Kind, bindable: frozenset[str] = frozenset()) -> dict[str, Any]:
     """What a replica copies of a source's payload: the data keys `copy-keys` selects (all
     when absent), and for a Secret its type, or its `replica-type`, checked against those
     keys. Raises InvalidSpec."""
+    if kind is ROLEBINDING:
+        role = payload.get("roleRef") or {}
+        if role.get("name") not in bindable:
+            listed = ", ".join(sorted(bindable)) or "none"
+            raise InvalidSpec(f"roleRef: {role.get('kind', 'the role')} {role.get('name')!r} "
+                              f"is not one the operator may bind (--bindable-roles: {listed})")
     if keys is not None and "data" not in payload:
         raise InvalidSpec(f"{COPY_KEYS}: only a ConfigMap or a Secret has data keys (this is "
                           f"a {kind.name}, whose replicas copy {', '.join(kind.payload)})")
@@ -297,7 +303,8 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
         copied = parse_copied(annotations.get(COPY_LABELS), annotations.get(COPY_ANNOTATIONS),
                               annotations.get(COPY_KEYS))
         lifecycle = parse_lifecycle(annotations.get(ON_DELETE), annotations.get(SYNC))
-        payload = _copied_payload(payload, copied.keys, annotations.get(REPLICA_TYPE), kind)
+        payload = _copied_payload(payload, copied.keys, annotations.get(REPLICA_TYPE), kind,
+                                  rules.bindable_roles)
     except InvalidSpec as err:
         spec, invalid = None, str(err)
         copied = parse_copied(None, None)  # what the replicas would be does not matter

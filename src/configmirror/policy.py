@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 # The settings that decide (in Settings' field names); each is published under its flag's
 # name without the dashes: --delete-grace is `delete-grace`.
 POLICY = ("source_namespaces", "source_namespace_selector", "exclude_namespaces",
-          "secret_names", "secret_source_namespaces", "kinds", "drop_labels",
+          "secret_names", "secret_source_namespaces", "kinds", "bindable_roles", "drop_labels",
           "drop_annotations", "delete_grace")
 POLICY_LABEL = PREFIX + "policy"
 PUBLISHED_BY = PREFIX + "published-by"

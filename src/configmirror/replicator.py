@@ -48,6 +48,7 @@ from configmirror.model import (
     kept_as_written,
     pull_key,
     replica_object,
+    source_key,
     target_key,
 )
 from configmirror.plan import (
@@ -77,6 +78,9 @@ from configmirror.vocabulary import ObjectRef
 log = logging.getLogger(__name__)
 
 REPLICATED = "Replicated"
+# How the API server's RBAC escalation check words its refusal (k8s.io/kubernetes,
+# pkg/registry/rbac/validation: ConfirmNoEscalation).
+_ESCALATION = "is attempting to grant RBAC permissions not currently held"
 MUTATED = "ReplicaMutated"
 PULL_NOT_ALLOWED = "PullNotAllowed"
 _ACTIONS = ("created", "updated", "deleted")
@@ -422,6 +426,14 @@ class Replicator:
         if err.namespace_terminating:
             # It became Terminating after the cache said otherwise: its objects go with it.
             log.info("%s skipped: namespace is terminating", where)
+            return None
+        if err.status == 403 and _ESCALATION in err.message and source is not None:
+            # A Role (or RoleBinding) granting what the operator does not hold: the source's
+            # fault, not the operator's rights; said once per version of it, never retried.
+            self._report_problem(source_key(self._kind, source.namespace, source.name), source,
+                                 "InvalidSpec", f"{where}: the API server refuses the operator "
+                                 f"a {self._kind.name} that grants permissions it does not "
+                                 f"hold itself (RBAC's escalation check): {err.message}")
             return None
         refused = err.status in (401, 403)
         if err.status == 403:

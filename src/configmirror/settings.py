@@ -46,6 +46,9 @@ class Settings:
     # The kinds replicated (comma-separated; the flag may be repeated): ConfigMaps always,
     # and each other kind only when named here (its RBAC comes with it).
     kinds: str = "configmap"
+    # The roles (names) a replicated RoleBinding may reference; the operator's `bind` is
+    # granted on these names only. Empty: no RoleBinding source is valid.
+    bindable_roles: str = ""
 
     @property
     def secrets(self) -> list[str]:

@@ -347,16 +347,20 @@ class Scope:
 @dataclass(frozen=True)
 class ReplicaRules:
     """The operator's rule for what replicas never carry: label and annotation keys by which
-    GitOps tools and package managers claim objects (--drop-labels, --drop-annotations)."""
+    GitOps tools and package managers claim objects (--drop-labels, --drop-annotations); and
+    the roles a replicated RoleBinding may reference (--bindable-roles)."""
 
     drop_labels: Patterns
     drop_annotations: Patterns
+    bindable_roles: frozenset[str] = frozenset()
 
     @classmethod
-    def from_flags(cls, drop_labels: str, drop_annotations: str) -> ReplicaRules:
-        """From the two flags (an empty one drops nothing); raises InvalidSpec naming it."""
+    def from_flags(cls, drop_labels: str, drop_annotations: str,
+                   bindable_roles: str = "") -> ReplicaRules:
+        """From the flags (an empty one drops nothing); raises InvalidSpec naming it."""
         return cls(parse_key_patterns(drop_labels, "--drop-labels", empty_ok=True),
-                   parse_key_patterns(drop_annotations, "--drop-annotations", empty_ok=True))
+                   parse_key_patterns(drop_annotations, "--drop-annotations", empty_ok=True),
+                   frozenset(n.strip() for n in bindable_roles.split(",") if n.strip()))
 
 
 @dataclass(frozen=True)

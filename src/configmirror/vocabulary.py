@@ -83,7 +83,11 @@ NETWORKPOLICY = Kind(Resource("networkpolicies", "NetworkPolicy", "networking.k8
                      ("spec",))
 LIMITRANGE = Kind(Resource("limitranges", "LimitRange"), ("spec",))
 RESOURCEQUOTA = Kind(Resource("resourcequotas", "ResourceQuota"), ("spec",))
-OPTIONAL = {k.flag: k for k in (NETWORKPOLICY, LIMITRANGE, RESOURCEQUOTA)}
+ROLE = Kind(Resource("roles", "Role", "rbac.authorization.k8s.io"), ("rules",))
+# roleRef cannot change: a binding to another role is a new binding.
+ROLEBINDING = Kind(Resource("rolebindings", "RoleBinding", "rbac.authorization.k8s.io"),
+                   ("roleRef", "subjects"), fixed="roleRef")
+OPTIONAL = {k.flag: k for k in (NETWORKPOLICY, LIMITRANGE, RESOURCEQUOTA, ROLE, ROLEBINDING)}
 SHORT_NAMES = {"networkpolicy": ("netpol",), "limitrange": ("limits",),
                "resourcequota": ("quota",)}  # kubectl's
 

@@ -59,6 +59,21 @@ KIND_CONTENTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "resourcequota": (
         {"spec": {"hard": {"pods": "10"}}},
         {"spec": {"hard": {"pods": "20", "services": "5"}}}),
+    # Rules the operator holds itself (RBAC's escalation check lets it write them).
+    "role": (
+        {"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]},
+        {"rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                    "verbs": ["list", "watch"]}]}),
+    # A role in deploy/'s rolebinding component's --bindable-roles; roleRef never changes.
+    "rolebinding": (
+        {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "view"},
+         "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
+                       "name": "team-readers"}]},
+        {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "view"},
+         "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
+                       "name": "team-auditors"}]}),
 }
 
 

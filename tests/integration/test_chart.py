@@ -218,6 +218,14 @@ def test_kinds_become_one_flag_and_a_cluster_role_each_with_exactly_their_verbs(
     assert "configmirror-resourcequota" not in roles
     bound = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"}
     assert {"configmirror-networkpolicy", "configmirror-limitrange"} <= bound
+    objects = documents(template(helm, tmp_path, {"kinds": ["rolebinding"],
+                                                  "bindableRoles": ["view", "edit"]}))
+    assert "--bindable-roles=view,edit" in container(objects)["args"]
+    roles = {o["metadata"]["name"]: o["rules"] for o in objects if o["kind"] == "ClusterRole"}
+    assert roles["configmirror-rolebinding"][1] == {
+        "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "roles"],
+        "resourceNames": ["view", "edit"], "verbs": ["bind"]}
+    assert not any("escalate" in rule["verbs"] for rules in roles.values() for rule in rules)
 
 
 def test_one_pod_without_leader_election_renders_no_lease_rbac(
@@ -407,7 +415,8 @@ def test_the_notes_give_no_label_command_for_a_selector_no_label_can_satisfy(
 
 
 @pytest.mark.parametrize("resource", ["networkpolicies.networking.k8s.io", "limitranges",
-                                      "resourcequotas"])
+                                      "resourcequotas", "roles.rbac.authorization.k8s.io",
+                                      "rolebindings.rbac.authorization.k8s.io"])
 @pytest.mark.parametrize(("verb", "namespace"), [("list", None), ("watch", None),
                                                  ("create", "default"), ("update", "default"),
                                                  ("delete", "default")])

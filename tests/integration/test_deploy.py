@@ -72,9 +72,13 @@ def test_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
     ("get", "configmaps", "default", False),
     ("create", "leases.coordination.k8s.io", "default", False),
     ("delete", "events", "default", False),
+    ("bind", "clusterroles.rbac.authorization.k8s.io/view", "default", False),
+    ("escalate", "clusterroles.rbac.authorization.k8s.io", "default", False),
     # No kind --kinds does not name (deploy/ alone: configmap), nothing for it at all.
     *[(verb, resource, namespace, False)
-      for resource in ("networkpolicies.networking.k8s.io", "limitranges", "resourcequotas")
+      for resource in ("networkpolicies.networking.k8s.io", "limitranges", "resourcequotas",
+                       "roles.rbac.authorization.k8s.io",
+                       "rolebindings.rbac.authorization.k8s.io")
       for verb, namespace in (("list", None), ("watch", None), ("create", "default"),
                               ("update", "default"), ("delete", "default"))],
 ])

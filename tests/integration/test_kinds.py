@@ -136,8 +136,8 @@ def kinds_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture
 def start(operators: Operators, kinds_kubeconfig: Path) -> Any:
     def start(*flags: str) -> OperatorProcess:
-        return operators(*(f"--kinds={kind}" for kind in KINDS), *flags,
-                         kubeconfig=kinds_kubeconfig)
+        return operators(*(f"--kinds={kind}" for kind in KINDS), "--bindable-roles=view",
+                         *flags, kubeconfig=kinds_kubeconfig)
     return start
 
 
@@ -262,7 +262,7 @@ def test_plan_status_and_wait_name_a_source_as_kind_ns_name(
     objects.create(source, KIND_CONTENTS[kind.flag][0], {REPLICATE_TO: team})
     ref = f"{kind.flag}/{source}/{NAME}"
     # Judge with these flags (no operator publishes a policy in the source's namespace).
-    flags = (f"--kinds={kind.flag}", "--operator-namespace", source)
+    flags = (f"--kinds={kind.flag}", "--bindable-roles=view", "--operator-namespace", source)
     done = command("wait", ref, "--timeout=30s", *flags, kubeconfig=cluster.kubeconfig)
     assert done.returncode == 0, done.stderr
     done = command("status", "-n", source, f"{kind.plural}/{NAME}", "-o", "json", *flags,
@@ -274,7 +274,7 @@ def test_plan_status_and_wait_name_a_source_as_kind_ns_name(
     done = command("plan", ref, *flags, kubeconfig=cluster.kubeconfig)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{kind.flag} {source}/{NAME}: in sync, 1 target namespace(s)" in done.stdout
-    assert "content  spec; hash " in done.stdout
+    assert f"content  {', '.join(sorted(kind.payload))}; hash " in done.stdout
     done = command("status", ref, "--operator-namespace", source,
                    kubeconfig=cluster.kubeconfig)
     assert done.returncode != 0 and f"--kinds to name {kind.flag}" in done.stderr
@@ -283,7 +283,9 @@ def test_plan_status_and_wait_name_a_source_as_kind_ns_name(
 # -- RBAC: exactly what a kind turned on needs ---------------------------------------------------
 
 RESOURCES = {"networkpolicy": "networkpolicies.networking.k8s.io",
-             "limitrange": "limitranges", "resourcequota": "resourcequotas"}
+             "limitrange": "limitranges", "resourcequota": "resourcequotas",
+             "role": "roles.rbac.authorization.k8s.io",
+             "rolebinding": "rolebindings.rbac.authorization.k8s.io"}
 
 
 @pytest.mark.parametrize("name", KINDS)
@@ -305,10 +307,70 @@ def test_every_component_names_its_kind_in_its_flag_and_its_rbac_only() -> None:
     for name in KINDS:
         folder = COMPONENTS / name
         patch = yaml.safe_load((folder / "kustomization.yaml").read_text())["patches"][0]
-        assert [op["value"] for op in yaml.safe_load(patch["patch"])] == [f"--kinds={name}"]
+        flags = [op["value"] for op in yaml.safe_load(patch["patch"])]
         (role,) = [d for d in yaml.safe_load_all((folder / "rbac.yaml").read_text())
                    if d["kind"] == "ClusterRole"]
         resource = OPTIONAL[name].resource
-        assert role["rules"] == [{"apiGroups": [resource.group], "resources":
-                                  [resource.plural], "verbs": ["list", "watch", "create",
-                                                               "update", "patch", "delete"]}]
+        kind_rule, *bind = role["rules"]
+        assert kind_rule == {"apiGroups": [resource.group], "resources": [resource.plural],
+                             "verbs": ["list", "watch", "create", "update", "patch",
+                                       "delete"]}
+        if name != "rolebinding":
+            assert (flags, bind) == ([f"--kinds={name}"], [])
+            continue
+        (rule,) = bind  # bind on exactly the roles the flag lists
+        assert flags[0] == f"--kinds={name}" and flags[1].startswith("--bindable-roles=")
+        assert rule["verbs"] == ["bind"] and rule["resourceNames"] == \
+            flags[1].split("=", 1)[1].split(",")
+
+
+@pytest.mark.parametrize(("resource", "allowed"), [
+    ("clusterroles.rbac.authorization.k8s.io/view", True),
+    ("roles.rbac.authorization.k8s.io/view", True),
+    ("clusterroles.rbac.authorization.k8s.io/cluster-admin", False),
+    ("clusterroles.rbac.authorization.k8s.io/admin", False),
+    ("clusterroles.rbac.authorization.k8s.io", False),
+])
+def test_the_operator_may_bind_the_listed_roles_only(
+        cluster: Cluster, kinds_kubeconfig: Path, resource: str, allowed: bool) -> None:
+    done = cluster.require_plane().kubectl("auth", "can-i", "bind", resource, "-n", "default",
+                                           kubeconfig=kinds_kubeconfig, check=False)
+    assert done.stdout.strip() == ("yes" if allowed else "no"), done.stdout + done.stderr
+    escalate = cluster.require_plane().kubectl(
+        "auth", "can-i", "escalate", "clusterroles.rbac.authorization.k8s.io", "-n", "default",
+        kubeconfig=kinds_kubeconfig, check=False)
+    assert escalate.stdout.strip() == "no"
+
+
+# -- RBAC's escalation checks, as InvalidSpec ----------------------------------------------------
+
+def test_a_rolebinding_to_cluster_admin_is_an_invalid_spec_and_nothing_is_written(
+        cluster: Cluster, namespaces: Namespaces, start: Any) -> None:
+    objects = Objects(cluster, OPTIONAL["rolebinding"])
+    source, team = namespaces(), namespaces()
+    operator = start()
+    _, edited = KIND_CONTENTS["rolebinding"]
+    objects.create(source, {**edited, "roleRef": {**edited["roleRef"], "name": "cluster-admin"}},
+                   {REPLICATE_TO: team})
+    (event,) = wait_for(lambda: events(cluster, source, NAME, "InvalidSpec"),
+                        what="the InvalidSpec Event")
+    assert "ClusterRole 'cluster-admin' is not one the operator may bind" in event.message
+    assert "--bindable-roles: view" in event.message
+    operator.wait_idle()
+    assert objects.read(team) is None and operator.writes() == 0
+
+
+def test_a_role_granting_what_the_operator_does_not_hold_is_an_invalid_spec_not_a_loop(
+        cluster: Cluster, namespaces: Namespaces, start: Any) -> None:
+    objects = Objects(cluster, OPTIONAL["role"])
+    source, team = namespaces(), namespaces()
+    operator = start()
+    objects.create(source, {"rules": [{"apiGroups": [""], "resources": ["secrets"],
+                                       "verbs": ["get"]}]}, {REPLICATE_TO: team})
+    (event,) = wait_for(lambda: events(cluster, source, NAME, "InvalidSpec"),
+                        what="the InvalidSpec Event")
+    assert "grants permissions it does not hold itself" in event.message
+    operator.wait_idle()
+    assert objects.read(team) is None
+    assert events(cluster, source, NAME, "ReplicationFailed") == []
+    assert operator.metric("configmirror_replica_writes_total") == 0

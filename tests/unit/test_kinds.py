@@ -11,16 +11,25 @@ from typing import Any
 import pytest
 
 from configmirror.caches import replicated_kinds
-from configmirror.model import CONTENT_HASH, replica_hash
+from configmirror.model import CONTENT_HASH, object_from_json, replica_hash
 from configmirror.plan import Grace, decide, desired_body, unserved_pulls
 from configmirror.settings import Settings
-from configmirror.spec import COPY_KEYS, REPLICA_TYPE, REPLICATE_TO, InvalidSpec, parse_pulls
+from configmirror.spec import (
+    COPY_KEYS,
+    DEFAULT_DROP,
+    REPLICA_TYPE,
+    REPLICATE_TO,
+    InvalidSpec,
+    ReplicaRules,
+    parse_pulls,
+)
 from configmirror.vocabulary import (
     CONFIGMAP,
     LIMITRANGE,
     NETWORKPOLICY,
     OPTIONAL,
     RESOURCEQUOTA,
+    ROLEBINDING,
     Kind,
 )
 from configmirror_testing.builders import SCOPE, cached, ns, world
@@ -28,6 +37,15 @@ from configmirror_testing.objects import KIND_CONTENTS, of_kind
 
 KINDS = sorted(OPTIONAL)
 AT_ONCE = Grace.from_now(0.0)
+
+
+BINDING_VIEW = ReplicaRules.from_flags(DEFAULT_DROP, DEFAULT_DROP, "view, edit")
+
+
+def compiled(kind: Kind, body: dict[str, Any]) -> Any:
+    """As the operator's cache holds it (rules: the default drop list, view and edit
+    bindable)."""
+    return object_from_json(body, BINDING_VIEW, kind)
 
 
 def raw(kind: Kind, namespace: str, fields: dict[str, Any],
@@ -68,15 +86,15 @@ def test_an_unknown_kind_is_refused_naming_the_flag(kinds: str, message: str) ->
 def test_a_replica_copies_the_kinds_fields_at_its_api_group(name: str) -> None:
     kind = OPTIONAL[name]
     content, _ = KIND_CONTENTS[name]
-    src = cached(raw(kind, "src", content, {REPLICATE_TO: "*"}), kind)
+    src = compiled(kind, raw(kind, "src", content, {REPLICATE_TO: "*"}))
     assert src.compiled is not None and src.compiled.invalid is None
     body = desired_body(src, "team")
     assert body["apiVersion"] == kind.resource.api_version and body["kind"] == kind.name
     assert {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")} \
         == content
     # Written as the server stores it, the replica is in sync: no write at all.
-    replica = cached({**body, "metadata": {**body["metadata"], "uid": "r", "resourceVersion":
-                                           "11"}}, kind)
+    replica = compiled(kind, {**body, "metadata": {**body["metadata"], "uid": "r",
+                                                   "resourceVersion": "11"}})
     w = world([src, replica], [ns("src"), ns("team")], kind)
     assert decide("team", "default-deny", replica, w, SCOPE, AT_ONCE).action is None
 
@@ -85,13 +103,13 @@ def test_a_replica_copies_the_kinds_fields_at_its_api_group(name: str) -> None:
 def test_a_hand_edit_of_a_replicas_fields_is_drift_and_updated_in_place(name: str) -> None:
     kind = OPTIONAL[name]
     content, edited = KIND_CONTENTS[name]
-    src = cached(raw(kind, "src", content, {REPLICATE_TO: "*"}), kind)
+    src = compiled(kind, raw(kind, "src", content, {REPLICATE_TO: "*"}))
     body = desired_body(src, "team")
     body.update(edited)
     body["metadata"] = {**body["metadata"], "uid": "r", "resourceVersion": "11"}
-    assert replica_hash(body, kind) != src.compiled.content_hash  # type: ignore[union-attr]
-    w = world([src, cached(body, kind)], [ns("src"), ns("team")], kind)
-    decision = decide("team", "default-deny", cached(body, kind), w, SCOPE, AT_ONCE)
+    assert replica_hash(body, kind) != src.compiled.content_hash
+    w = world([src, compiled(kind, body)], [ns("src"), ns("team")], kind)
+    decision = decide("team", "default-deny", compiled(kind, body), w, SCOPE, AT_ONCE)
     assert decision.action is not None and decision.action.kind == "update"
 
 
@@ -139,3 +157,32 @@ def test_a_pull_of_a_kind_not_turned_on_says_which_flag() -> None:
     (refusal,) = unserved_pulls(team, frozenset({"ConfigMap"}))
     assert ("the operator replicates no NetworkPolicy objects (its --kinds does not name "
             "networkpolicy)") in refusal.message
+
+
+def test_a_rolebinding_to_a_role_not_in_bindable_roles_is_an_invalid_spec() -> None:
+    content, _ = KIND_CONTENTS["rolebinding"]
+    admin = {**content, "roleRef": {**content["roleRef"], "name": "cluster-admin"}}
+    src = compiled(ROLEBINDING, raw(ROLEBINDING, "src", admin, {REPLICATE_TO: "*"}))
+    assert src.compiled is not None and src.compiled.invalid == (
+        "roleRef: ClusterRole 'cluster-admin' is not one the operator may bind "
+        "(--bindable-roles: edit, view)")
+    w = world([src], [ns("src"), ns("team")], ROLEBINDING)
+    assert decide("team", "default-deny", None, w, SCOPE, AT_ONCE).action is None
+    # Without --bindable-roles no binding is valid.
+    bare = cached(raw(ROLEBINDING, "src", content, {REPLICATE_TO: "*"}), ROLEBINDING)
+    assert bare.compiled is not None and "(--bindable-roles: none)" in str(bare.compiled.invalid)
+
+
+def test_a_rolebinding_whose_role_changes_is_recreated_and_whose_subjects_change_updated(
+        ) -> None:
+    content, edited = KIND_CONTENTS["rolebinding"]
+    src = compiled(ROLEBINDING, raw(ROLEBINDING, "src", content, {REPLICATE_TO: "*"}))
+    for fields, action in ((edited, "update"),
+                           ({**content, "roleRef": {**content["roleRef"], "name": "edit"}},
+                            "recreate")):
+        body = {**desired_body(src, "team"), **fields}
+        body["metadata"] = {**body["metadata"], "uid": "r", "resourceVersion": "11"}
+        replica = compiled(ROLEBINDING, body)
+        w = world([src, replica], [ns("src"), ns("team")], ROLEBINDING)
+        decision = decide("team", "default-deny", replica, w, SCOPE, AT_ONCE)
+        assert decision.action is not None and decision.action.kind == action, fields
