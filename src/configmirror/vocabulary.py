@@ -87,9 +87,13 @@ ROLE = Kind(Resource("roles", "Role", "rbac.authorization.k8s.io"), ("rules",))
 # roleRef cannot change: a binding to another role is a new binding.
 ROLEBINDING = Kind(Resource("rolebindings", "RoleBinding", "rbac.authorization.k8s.io"),
                    ("roleRef", "subjects"), fixed="roleRef")
-OPTIONAL = {k.flag: k for k in (NETWORKPOLICY, LIMITRANGE, RESOURCEQUOTA, ROLE, ROLEBINDING)}
+# Never `secrets`: a ServiceAccount's token Secrets are its own namespace's.
+SERVICEACCOUNT = Kind(Resource("serviceaccounts", "ServiceAccount"),
+                      ("automountServiceAccountToken", "imagePullSecrets"))
+OPTIONAL = {k.flag: k for k in (NETWORKPOLICY, LIMITRANGE, RESOURCEQUOTA, ROLE, ROLEBINDING,
+                                SERVICEACCOUNT)}
 SHORT_NAMES = {"networkpolicy": ("netpol",), "limitrange": ("limits",),
-               "resourcequota": ("quota",)}  # kubectl's
+               "resourcequota": ("quota",), "serviceaccount": ("sa",)}  # kubectl's
 
 
 class Referable(Protocol):

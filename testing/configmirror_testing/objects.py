@@ -74,6 +74,9 @@ KIND_CONTENTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
                      "name": "view"},
          "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
                        "name": "team-auditors"}]}),
+    "serviceaccount": (
+        {"automountServiceAccountToken": True},
+        {"automountServiceAccountToken": False, "imagePullSecrets": [{"name": "regcred"}]}),
 }
 
 

@@ -416,7 +416,8 @@ def test_the_notes_give_no_label_command_for_a_selector_no_label_can_satisfy(
 
 @pytest.mark.parametrize("resource", ["networkpolicies.networking.k8s.io", "limitranges",
                                       "resourcequotas", "roles.rbac.authorization.k8s.io",
-                                      "rolebindings.rbac.authorization.k8s.io"])
+                                      "rolebindings.rbac.authorization.k8s.io",
+                                      "serviceaccounts"])
 @pytest.mark.parametrize(("verb", "namespace"), [("list", None), ("watch", None),
                                                  ("create", "default"), ("update", "default"),
                                                  ("delete", "default")])

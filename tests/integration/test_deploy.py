@@ -78,7 +78,7 @@ def test_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
     *[(verb, resource, namespace, False)
       for resource in ("networkpolicies.networking.k8s.io", "limitranges", "resourcequotas",
                        "roles.rbac.authorization.k8s.io",
-                       "rolebindings.rbac.authorization.k8s.io")
+                       "rolebindings.rbac.authorization.k8s.io", "serviceaccounts")
       for verb, namespace in (("list", None), ("watch", None), ("create", "default"),
                               ("update", "default"), ("delete", "default"))],
 ])

@@ -30,6 +30,7 @@ from configmirror.vocabulary import (
     OPTIONAL,
     RESOURCEQUOTA,
     ROLEBINDING,
+    SERVICEACCOUNT,
     Kind,
 )
 from configmirror_testing.builders import SCOPE, cached, ns, world
@@ -186,3 +187,18 @@ def test_a_rolebinding_whose_role_changes_is_recreated_and_whose_subjects_change
         w = world([src, replica], [ns("src"), ns("team")], ROLEBINDING)
         decision = decide("team", "default-deny", replica, w, SCOPE, AT_ONCE)
         assert decision.action is not None and decision.action.kind == action, fields
+
+
+def test_a_service_account_replica_never_carries_its_sources_token_secrets() -> None:
+    fields = {"automountServiceAccountToken": False, "imagePullSecrets": [{"name": "regcred"}],
+              "secrets": [{"name": "builder-token-x7k2p"}]}
+    src = cached(raw(SERVICEACCOUNT, "src", fields, {REPLICATE_TO: "*"}), SERVICEACCOUNT)
+    body = desired_body(src, "team")
+    assert "secrets" not in body
+    assert (body["automountServiceAccountToken"], body["imagePullSecrets"]) == (
+        False, [{"name": "regcred"}])
+    # Token Secrets the server (or a controller) adds to a replica are not drift.
+    held = {**body, "secrets": [{"name": "builder-token-q9w8e"}],
+            "metadata": {**body["metadata"], "uid": "r", "resourceVersion": "11"}}
+    assert src.compiled is not None
+    assert replica_hash(held, SERVICEACCOUNT) == src.compiled.content_hash
