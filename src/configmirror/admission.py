@@ -44,8 +44,9 @@ NONE: frozenset[str] = frozenset()
 
 
 def _entry(name: str, value: Any) -> str:
-    # A value is a string, a bool or a sorted list of names: no mapping, no key order.
-    blob = json.dumps(value, separators=(",", ":")).encode()
+    # A value is a string, a bool or a sorted list of names, or (a kind other than a
+    # ConfigMap or Secret: a NetworkPolicy's spec/ingress) any JSON, its keys sorted.
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
     # Interned: the replicas of one source hold the same entries, once in memory.
     return sys.intern(hashlib.blake2b(name.encode() + b"\0" + blob, digest_size=8).hexdigest())
 

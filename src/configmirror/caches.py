@@ -1,10 +1,11 @@
 """What the operator caches, and the informers that keep it: wired one way for `run`, `plan`
 and the tests.
 
-Namespaces are watched whole. Each replicated kind has its own objects: ConfigMaps through
-one informer for the whole cluster; Secrets, when an admin names them, through one informer
-per name (a watch with a metadata.name field selector is what RBAC's resourceNames can
-authorize), each into its own store, which the domain reads as one cache.
+Namespaces are watched whole. Each replicated kind has its own objects: ConfigMaps (and each
+kind --kinds turns on) through one informer for the whole cluster; Secrets, when an admin
+names them, through one informer per name (a watch with a metadata.name field selector is
+what RBAC's resourceNames can authorize), each into its own store, which the domain reads
+as one cache.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from configmirror.model import (
 )
 from configmirror.outage import Outage
 from configmirror.settings import Settings
-from configmirror.spec import ReplicaRules, Scope
+from configmirror.spec import InvalidSpec, ReplicaRules, Scope
 from configmirror.store import Store, StoresByName
-from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
+from configmirror.vocabulary import CONFIGMAP, OPTIONAL, SECRET, Kind
 
 ObjectHandler = Callable[[Kind, CachedObject | None, CachedObject | None], None]
 NamespaceHandler = Callable[[Namespace | None, Namespace | None], None]
@@ -47,11 +48,23 @@ class Replicated:
 
 def replicated_kinds(settings: Settings) -> list[Replicated]:
     """ConfigMaps always; Secrets only when --secret-names names some (otherwise no Secret is
-    ever listed). Raises spec.InvalidSpec naming a flag that does not parse."""
+    ever listed); each other kind only when --kinds names it (otherwise none is ever listed),
+    with its sources where ConfigMaps' are honoured. Raises spec.InvalidSpec naming a flag
+    that does not parse."""
     kinds = [Replicated(CONFIGMAP, (), _scope(settings))]
     if settings.secrets:
         kinds.append(Replicated(SECRET, tuple(settings.secrets),
                                 _scope(settings, secrets=True)))
+    for name in settings.kind_names:
+        if name == CONFIGMAP.flag:
+            continue
+        kind = OPTIONAL.get(name)
+        if kind is None:
+            raise InvalidSpec(f"--kinds: {name!r} is not a kind configmirror replicates "
+                              f"(configmap, {', '.join(OPTIONAL)})"
+                              + ("; Secrets are turned on by name, with --secret-names"
+                                 if name == SECRET.flag else ""))
+        kinds.append(Replicated(kind, (), _scope(settings)))
     return kinds
 
 

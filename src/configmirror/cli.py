@@ -5,7 +5,7 @@ Flags follow the Go tools (`flags`): booleans as `--flag`, `--flag=true|false`, 
 durations as `90s`, `10m`, `1h30m`; every flag but those choosing what to show (`-n`,
 `--target-namespace`) also an environment variable (`--max-retries` is
 CONFIGMIRROR_MAX_RETRIES), the command line winning. A source is named as
-in the pull annotation, `[configmap/|secret/]NS/NAME`, or as kubectl names it, `-n NS
+in the pull annotation, `[KIND/]NS/NAME`, or as kubectl names it, `-n NS
 [KIND/]NAME`. Mistakes a user can make (bad flags, no kubeconfig, unreachable cluster) end in
 one line on stderr and exit code 1 (`wait`: 3), never a traceback.
 """
@@ -49,7 +49,7 @@ from configmirror.plan import Grace, ReplicationPlan, plan_source
 from configmirror.settings import Settings, format_duration
 from configmirror.spec import InvalidSpec, ReplicaRules
 from configmirror.status import Failure, KindView, SourceStatus, namespace_status, source_status
-from configmirror.vocabulary import CONFIGMAP, EVENTS, SECRET, Kind
+from configmirror.vocabulary import CONFIGMAP, EVENTS, OPTIONAL, SECRET, SHORT_NAMES, Kind
 
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -58,8 +58,11 @@ EXIT_TIMED_OUT = 1        # wait: not in sync when the timeout passed
 EXIT_NO_SUCH_SOURCE = 2   # wait: the source does not exist
 EXIT_WAIT_ERROR = 3       # wait: anything else (bad flags, no cluster): never a timeout's 1
 _ERROR_EXIT = {"wait": EXIT_WAIT_ERROR}  # a command's exit code for an error, if not 1
+# kubectl's names (case does not matter), each to the kind's name in --kinds.
 _KINDS = {"configmap": "configmap", "configmaps": "configmap", "cm": "configmap",
-          "secret": "secret", "secrets": "secret"}  # kubectl's names (case does not matter)
+          "secret": "secret", "secrets": "secret",
+          **{name: kind.flag for kind in OPTIONAL.values()
+             for name in (kind.flag, kind.plural, *SHORT_NAMES.get(kind.flag, ()))}}
 _OUTPUT = ("text", "json", "yaml")
 _CONVENTIONS = """\
 flags: booleans as --flag, --flag=true|false or --no-flag; durations as 90s, 10m, 1h30m,
@@ -69,7 +72,8 @@ the command line winning.
 """
 _REFERENCE = ("[KIND/]NS/NAME as in the configmirror.io/pull annotation, or with -n NS, "
               "[KIND/]NAME as kubectl takes it; KIND is configmap (cm, configmaps; the "
-              "default) or secret (secrets)")
+              "default), secret (secrets), or a kind --kinds turns on (networkpolicy, "
+              "netpol, ...)")
 _NAMESPACE = ("the namespace of the sources: with a source named, its namespace; without, "
               "only the sources in this namespace (the same for plan, status and wait)")
 
@@ -128,6 +132,14 @@ def _parser() -> argparse.ArgumentParser:
         _add(p, "--secret-source-namespaces", d.secret_source_namespaces, "namespaces whose "
              "Secrets of those names are sources (globs, ! excludes); needed with "
              "--secret-names")
+        p.flag("--kinds", d.kinds, "the kinds replicated, comma-separated (the flag may be "
+               f"repeated): configmap always, and {', '.join(OPTIONAL)}, each only when "
+               "named (otherwise it is never read: RBAC comes per kind); sources of every "
+               "kind only where --source-namespaces and --source-namespace-selector allow",
+               repeat=True)
+        _add(p, "--bindable-roles", d.bindable_roles, "the roles (names, comma-separated) a "
+             "replicated RoleBinding may reference; the operator's RBAC grants bind on these "
+             "only; a RoleBinding source binding any other is an InvalidSpec (default: none)")
         _add(p, "--drop-labels", d.drop_labels, "label keys never copied to a replica (globs, "
              "! excludes; replaces the default list, which holds the keys by which Argo CD, "
              "Flux, Helm and cert-manager claim objects; '' drops nothing)")
@@ -177,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
                        help=f"{'the' if required else 'only this'} source, {_REFERENCE}")
         _add(p, "--namespace", None, _NAMESPACE, short="-n", env=False)
         _add(p, "--kind", None, "deprecated: name the kind in the source, secret/NS/NAME",
-             choices=("configmap", "secret"))
+             choices=("configmap", "secret", *OPTIONAL))
         _add(p, "--output", "text", "output format", choices=_OUTPUT, short="-o")
         _add(p, "--operator-namespace", "", "judge with the policy the operator in this "
              "namespace publishes (default: look it up); a policy flag given here overrides it")
@@ -330,7 +342,8 @@ def _kinds(settings: Settings) -> list[Replicated]:
 
 def _rules(settings: Settings) -> ReplicaRules:
     try:
-        return ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations)
+        return ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations,
+                                       settings.bindable_roles)
     except InvalidSpec as err:
         raise UsageError(str(err)) from None
 
@@ -550,7 +563,8 @@ def _reference(text: str, namespace: str | None) -> tuple[str | None, str]:
                          else f"{text!r} is not [KIND/]NAME (with -n {namespace})")
     if kind is not None and kind.lower() not in _KINDS:
         raise UsageError(f"{text!r}: {kind!r} is not a kind (configmap, cm, configmaps, "
-                         "secret, secrets)")
+                         f"secret, secrets, {', '.join(OPTIONAL)}, or kubectl's names of "
+                         f"those)")
     if not _DNS_LABEL.fullmatch(space):
         raise UsageError(f"{text!r}: {space!r} is not a namespace name")
     if not _DNS_NAME.fullmatch(name) or len(name) > 253:
@@ -573,6 +587,11 @@ def _kind_of(kind: str, settings: Settings) -> Kind:
             raise UsageError("a secret source needs the operator's --secret-names and "
                              "--secret-source-namespaces (only those Secrets are ever read)")
         return SECRET
+    if kind in OPTIONAL:
+        if kind not in settings.kind_names:
+            raise UsageError(f"a {kind} source needs the operator's --kinds to name {kind} "
+                             f"(it is off, and never read, otherwise)")
+        return OPTIONAL[kind]
     return CONFIGMAP
 
 
@@ -611,8 +630,8 @@ def _print_plans(plans: list[ReplicationPlan]) -> None:
     if not plans:
         print("no sources")
     for plan in plans:
-        # A Secret says so; a ConfigMap is the default and needs no word.
-        name = f"secret {plan.source}" if plan.kind == "Secret" else plan.source
+        # A Secret (any kind) says so; a ConfigMap is the default and needs no word.
+        name = plan.source if plan.kind == "ConfigMap" else f"{plan.kind.lower()} {plan.source}"
         if plan.invalid is not None:
             print(f"{name}: invalid spec: {plan.invalid} (nothing will change)")
             continue
@@ -620,7 +639,10 @@ def _print_plans(plans: list[ReplicationPlan]) -> None:
             print(f"{name}: not allowed: {plan.not_allowed}")
         state = "in sync" if plan.in_sync else "out of sync"
         print(f"{name}: {state}, {len(plan.targets)} target namespace(s)")
-        if plan.content is not None:  # key names, sizes and a hash: never a value
+        if plan.content is not None and "fields" in plan.content:  # a kind of no data keys
+            print(f"  content  {', '.join(plan.content['fields']) or 'no fields'}; hash "
+                  f"{plan.content['hash']}")
+        elif plan.content is not None:  # key names, sizes and a hash: never a value
             keys = ", ".join(f"{k} ({n} B)" for k, n in plan.content["keys"].items())
             print(f"  content  {keys or 'no keys'}; hash {plan.content['hash']}")
         for action in plan.actions:

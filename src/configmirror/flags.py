@@ -150,8 +150,11 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message, self.error_code)
 
     def flag(self, option: str, default: Any, help: str, parse: Parse = str, *,
-             short: str | None = None, env: bool = True, metavar: str | None = None) -> None:
-        """Add `option`, its default (already of its type), and the help that says both."""
+             short: str | None = None, env: bool = True, metavar: str | None = None,
+             repeat: bool = False) -> None:
+        """Add `option`, its default (already of its type), and the help that says both.
+        `repeat`: a list flag that may be given more than once, its values joined with
+        commas (a kustomize component per item appends its own)."""
         variable = env_name(option) if env else None
         shown = _shown(default, parse)
         text = help + (f" (default: {shown})" if shown else "") + (
@@ -164,8 +167,9 @@ class Parser(argparse.ArgumentParser):
         else:
             if metavar is None and isinstance(parse, Choice):
                 metavar = "{" + ",".join(parse.words) + "}"
-            self.add_argument(*names, dest=dest, type=_argument(parse), default=UNSET,
-                              metavar=metavar, help=text.replace("%", "%%"))
+            action: type[argparse.Action] | str = _Joined if repeat else "store"
+            self.add_argument(*names, action=action, dest=dest, type=_argument(parse),
+                              default=UNSET, metavar=metavar, help=text.replace("%", "%%"))
         self.flags.append(Flag(option, dest, default, parse, variable))
 
     def parse_known_args(  # type: ignore[override]
@@ -202,6 +206,15 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     for flag in getattr(args, _FLAGS, ()):
         setattr(args, flag.dest, flag.value(getattr(args, flag.dest)))
     return args
+
+
+class _Joined(argparse.Action):
+    """A repeated flag's values, joined with commas."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        before = getattr(namespace, self.dest, UNSET)
+        setattr(namespace, self.dest, values if before is UNSET else f"{before},{values}")
 
 
 class _Boolean(argparse.Action):

@@ -511,7 +511,8 @@ def resource_of(path: str) -> str:
 
 
 _RESOURCES = frozenset({"configmaps", "namespaces", "events", "leases", "secrets",
-                        "serviceaccounts"})
+                        "serviceaccounts", "networkpolicies", "limitranges", "resourcequotas",
+                        "roles", "rolebindings"})
 
 
 def _retry_after(header: str | None) -> float | None:

@@ -66,7 +66,8 @@ class Manager:
                                       outage=self.outage)
         self.cache = ClusterCache(
             kube, replicated_kinds(settings),
-            ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations),
+            ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations,
+                                    settings.bindable_roles),
             self._on_object, self._on_namespace, self.metrics, self._clock,
             settings.resync_period, self._server_answered, outage=self.outage)
         self.informers = self.cache.informers

@@ -1,7 +1,8 @@
 """What the caches hold, made from API JSON once per object version, and the work-queue keys.
 
-Two kinds of object are replicated, ConfigMaps and (when an admin turns them on) Secrets;
-`Kind` says what differs. The informer's transform keeps only what reconcile needs: for
+ConfigMaps are replicated, and what an admin turns on: Secrets by name, other kinds with
+--kinds; `Kind` says what differs (the fields a replica copies, the one it cannot change in
+place). The informer's transform keeps only what reconcile needs: for
 every object its identity and a digest of its content; for a source also its compiled form
 (its spec parsed and its replicas' exact content worked out once per resourceVersion, under
 the operator's drop rules, so planning and writing share one immutable value and never
@@ -62,7 +63,7 @@ from configmirror.spec import (
     replica_secret_type,
 )
 from configmirror.store import Store
-from configmirror.vocabulary import SECRET, Kind
+from configmirror.vocabulary import CONFIGMAP, ROLEBINDING, SECRET, Kind
 
 REPLICA_OF = PREFIX + "replica-of"
 CONTENT_HASH = PREFIX + "content-hash"
@@ -119,7 +120,7 @@ def pull_key(kind: Kind, namespace: str) -> Key:
 class Source:
     """A source compiled once per version: where it wants replicas and exactly what they are."""
 
-    kind: str                     # "ConfigMap" or "Secret"
+    kind: str                     # "ConfigMap", "Secret", "NetworkPolicy", ...
     spec: Spec | None             # None when the annotations do not parse
     invalid: str | None           # the fault, naming the annotation
     lifecycle: Lifecycle          # on-delete and sync
@@ -130,6 +131,11 @@ class Source:
     # The same, field by field (admission.field_entries): what `replica_holds` reads.
     fields: Mapping[str, str]
     adopt: str = ""               # configmirror.io/adopt: whose mirrors it takes over
+    api_version: str = "v1"       # of the kind: a replica's apiVersion
+    fixed: str = ""               # the payload field that cannot change in place, as text
+    # The payload as a replica is written: the fields the server would store as absent left
+    # out (an empty binaryData, immutable false), every one a kind requires kept.
+    written: Mapping[str, Any] | None = None
 
     def __repr__(self) -> str:
         """Never the payload: a Secret's values must not reach a log line or a traceback."""
@@ -138,6 +144,8 @@ class Source:
 
     def summary(self) -> dict[str, Any]:
         """What `plan` may show of the content: key names, sizes and the hash, no values."""
+        if "data" not in self.payload:  # a kind of no data keys (a NetworkPolicy): its fields
+            return {"fields": sorted(self.payload), "hash": self.content_hash}
         data = self.payload.get("data") or {}
         binary = self.payload.get("binaryData") or {}
         return {"keys": {k: len(v) for k, v in sorted({**data, **binary}.items())},
@@ -156,7 +164,9 @@ class CachedObject:
     immutable: bool
     content_hash: str       # of what it holds (replicas only, else "")
     compiled: Source | None  # set only for sources: what the object asks of its replicas
-    type: str = ""          # a Secret's type ("" for a ConfigMap)
+    # The field it cannot change in place, as text (model.fixed_of): a Secret's type, a
+    # RoleBinding's roleRef; "" for a kind with none.
+    type: str = ""
     created: str = ""       # a source's creationTimestamp (the older of two sources wins)
     # on-delete: retain on this version: a source's (or a former source's) own setting; on
     # a replica, our mark that its source had it when the replica was written.
@@ -213,8 +223,41 @@ def _payload(raw: Mapping[str, Any], kind: Kind) -> dict[str, Any]:
     if kind is SECRET:
         return {"data": raw.get("data") or {}, "type": raw.get("type") or "Opaque",
                 "immutable": bool(raw.get("immutable"))}
-    return {"data": raw.get("data") or {}, "binaryData": raw.get("binaryData") or {},
-            "immutable": bool(raw.get("immutable"))}
+    if kind is CONFIGMAP:
+        return {"data": raw.get("data") or {}, "binaryData": raw.get("binaryData") or {},
+                "immutable": bool(raw.get("immutable"))}
+    # Any other kind: its fields as the server holds them, an absent or empty one left out
+    # (the server stores an empty list or map as absent), a false one kept (a
+    # ServiceAccount's automountServiceAccountToken: false is not its default).
+    return {field: raw[field] for field in kind.payload
+            if raw.get(field) is not None and raw[field] != {} and raw[field] != []}
+
+
+def _written(payload: Mapping[str, Any], kind: Kind) -> dict[str, Any]:
+    """The payload as a replica is written: a ConfigMap's or Secret's data always, its
+    binaryData only when there is some, immutable only when true; any other kind's fields as
+    they are (`_payload` left out the empty ones)."""
+    if kind is CONFIGMAP or kind is SECRET:
+        return {field: value for field, value in payload.items() if value or field == "data"}
+    return dict(payload)
+
+
+def _fixed(payload: Mapping[str, Any], kind: Kind) -> str:
+    """The value of the field `kind` cannot change in place, as text ("" when it has none)."""
+    if kind.fixed is None:
+        return ""
+    value = payload.get(kind.fixed)
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def fixed_of(raw: Mapping[str, Any], kind: Kind) -> str:
+    """What an object (API JSON) holds in the field `kind` cannot change in place, as text:
+    compared with its source's `Source.fixed`, a difference recreates the replica."""
+    if kind.fixed is None:
+        return ""
+    return _fixed(_payload(raw, kind), kind)
 
 
 def _kept(items: Mapping[str, str], copy: Patterns, drop: Patterns) -> dict[str, str]:
@@ -222,10 +265,19 @@ def _kept(items: Mapping[str, str], copy: Patterns, drop: Patterns) -> dict[str,
 
 
 def _copied_payload(payload: dict[str, Any], keys: Patterns | None, replica_type: str | None,
-                    kind: Kind) -> dict[str, Any]:
+                    kind: Kind, bindable: frozenset[str] = frozenset()) -> dict[str, Any]:
     """What a replica copies of a source's payload: the data keys `copy-keys` selects (all
     when absent), and for a Secret its type, or its `replica-type`, checked against those
     keys. Raises InvalidSpec."""
+    if kind is ROLEBINDING:
+        role = payload.get("roleRef") or {}
+        if role.get("name") not in bindable:
+            listed = ", ".join(sorted(bindable)) or "none"
+            raise InvalidSpec(f"roleRef: {role.get('kind', 'the role')} {role.get('name')!r} "
+                              f"is not one the operator may bind (--bindable-roles: {listed})")
+    if keys is not None and "data" not in payload:
+        raise InvalidSpec(f"{COPY_KEYS}: only a ConfigMap or a Secret has data keys (this is "
+                          f"a {kind.name}, whose replicas copy {', '.join(kind.payload)})")
     if keys is not None:
         payload = {field: ({k: v for k, v in value.items() if keys.matches(k)}
                            if field in ("data", "binaryData") else value)
@@ -257,7 +309,8 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
         copied = parse_copied(annotations.get(COPY_LABELS), annotations.get(COPY_ANNOTATIONS),
                               annotations.get(COPY_KEYS))
         lifecycle = parse_lifecycle(annotations.get(ON_DELETE), annotations.get(SYNC))
-        payload = _copied_payload(payload, copied.keys, annotations.get(REPLICA_TYPE), kind)
+        payload = _copied_payload(payload, copied.keys, annotations.get(REPLICA_TYPE), kind,
+                                  rules.bindable_roles)
         adopt = parse_adopt(annotations.get(ADOPT))
     except InvalidSpec as err:
         spec, invalid = None, str(err)
@@ -272,7 +325,8 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
     digest = content_hash(payload, wanted_labels, wanted_annotations)
     annotations = {**wanted_annotations, CONTENT_HASH: digest}
     return Source(kind.name, spec, invalid, lifecycle, wanted_labels, annotations, payload,
-                  digest, field_entries(payload, wanted_labels, annotations), adopt)
+                  digest, field_entries(payload, wanted_labels, annotations), adopt,
+                  kind.resource.api_version, _fixed(payload, kind), _written(payload, kind))
 
 
 # -- transforms (the informers') ------------------------------------------------------------
@@ -306,7 +360,7 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind) -> Ca
         immutable=bool(raw.get("immutable")),
         content_hash=digest,
         compiled=compiled,
-        type=str(raw.get("type") or "Opaque") if kind is SECRET else "",
+        type=fixed_of(raw, kind),
         created=str(meta.get("creationTimestamp") or "") if compiled is not None else "",
         retain=annotations.get(ON_DELETE, "").strip() == "retain",
         entries=entries, admitted=admitted,
@@ -342,7 +396,7 @@ def replica_object(raw: Mapping[str, Any], kind: Kind, replica_of: str) -> Cache
         namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")), resource_version=str(meta.get("resourceVersion", "")),
         replica_of=replica_of, immutable=bool(raw.get("immutable")), content_hash=digest,
-        compiled=None, type=str(raw.get("type") or "Opaque") if kind is SECRET else "",
+        compiled=None, type=fixed_of(raw, kind),
         retain=(meta.get("annotations") or {}).get(ON_DELETE, "").strip() == "retain",
         entries=entries, admitted=admitted)
 

@@ -228,13 +228,15 @@ def pull_refusals(namespace: Namespace, world: World, scope: Scope,
 
 def unserved_pulls(namespace: Namespace, kinds: frozenset[str]) -> list[Refusal]:
     """The pulls of `namespace` no kind can serve: entries that do not parse, and sources of
-    a kind the operator does not replicate (Secrets without --secret-names)."""
+    a kind the operator does not replicate (Secrets without --secret-names, a kind --kinds
+    does not name)."""
     refusals = [Refusal(namespace.name, entry, why) for entry, why in namespace.pulls.faults]
     for kind, key in sorted(namespace.pulls.entries):
         if kind not in kinds:
-            refusals.append(Refusal(namespace.name, pull_entry(kind, key),
-                                    f"the operator replicates no {kind}s (it runs without "
-                                    f"--secret-names)"))
+            why = ("the operator replicates no Secrets (it runs without --secret-names)"
+                   if kind == "Secret" else f"the operator replicates no {kind} objects (its "
+                   f"--kinds does not name {kind.lower()})")
+            refusals.append(Refusal(namespace.name, pull_entry(kind, key), why))
     return refusals
 
 
@@ -258,14 +260,11 @@ def desired_body(source: CachedObject, namespace: str) -> dict[str, Any]:
     if compiled is None:
         raise ValueError(f"{source.key} is not a source")
     body: dict[str, Any] = {
-        "apiVersion": "v1", "kind": compiled.kind,
+        "apiVersion": compiled.api_version, "kind": compiled.kind,
         "metadata": {"name": source.name, "namespace": namespace, "labels": compiled.labels,
                      "annotations": compiled.annotations},
     }
-    # data always; binaryData (ConfigMap) only when there is some; type (Secret); immutable
-    # only when true.
-    body.update((field, value) for field, value in compiled.payload.items()
-                if value or field == "data")
+    body.update(compiled.written or {})  # the payload's fields, as the kind writes them
     return body
 
 
@@ -435,10 +434,10 @@ def _released(current: CachedObject, source: CachedObject | None, why: str) -> b
 
 def _change(current: CachedObject, owner: CachedObject) -> ActionKind:
     assert owner.compiled is not None
-    payload = owner.compiled.payload
+    compiled = owner.compiled
     # Kubernetes refuses any change to an immutable object (and immutable only turns on),
-    # and any change of a Secret's type.
-    if current.immutable or payload["immutable"] or current.type != payload.get("type", ""):
+    # and any change of the field a kind fixes (a Secret's type, a RoleBinding's roleRef).
+    if current.immutable or compiled.payload.get("immutable") or current.type != compiled.fixed:
         return "recreate"
     return "update"
 

@@ -2,8 +2,9 @@
 
 The settings that decide what a replica must be and where (`POLICY`: the source namespaces
 and their selector, the excluded namespaces, the Secret names and their source namespaces,
-the drop lists, the delete grace) are flags of `run`. The commands take the same flags, but a
-user who runs them against a chart install would otherwise judge with a laptop's defaults
+the kinds, the drop lists, the delete grace) are flags of `run`. The commands take the same
+flags, but a user who runs them against a chart install would otherwise judge with a
+laptop's defaults
 (DESIGN.md, Behaviour 12). So the operator that writes publishes them, and the commands use
 them unless a flag given on their own command line (or in their environment) overrides one,
 which they say in a warning.
@@ -42,8 +43,8 @@ log = logging.getLogger(__name__)
 # The settings that decide (in Settings' field names); each is published under its flag's
 # name without the dashes: --delete-grace is `delete-grace`.
 POLICY = ("source_namespaces", "source_namespace_selector", "exclude_namespaces",
-          "secret_names", "secret_source_namespaces", "drop_labels", "drop_annotations",
-          "delete_grace", "adopt_from")
+          "secret_names", "secret_source_namespaces", "kinds", "bindable_roles", "drop_labels",
+          "drop_annotations", "delete_grace", "adopt_from")
 POLICY_LABEL = PREFIX + "policy"
 PUBLISHED_BY = PREFIX + "published-by"
 PUBLISHED_AT = PREFIX + "published-at"

@@ -45,9 +45,11 @@ from configmirror.model import (
     Namespace,
     admission_changes,
     admitted_fields,
+    fixed_of,
     kept_as_written,
     pull_key,
     replica_object,
+    source_key,
     target_key,
 )
 from configmirror.plan import (
@@ -77,6 +79,9 @@ from configmirror.vocabulary import ObjectRef
 log = logging.getLogger(__name__)
 
 REPLICATED = "Replicated"
+# How the API server's RBAC escalation check words its refusal (k8s.io/kubernetes,
+# pkg/registry/rbac/validation: ConfirmNoEscalation).
+_ESCALATION = "is attempting to grant RBAC permissions not currently held"
 MUTATED = "ReplicaMutated"
 PULL_NOT_ALLOWED = "PullNotAllowed"
 _ACTIONS = ("created", "updated", "deleted")
@@ -269,7 +274,7 @@ class Replicator:
         return self._memory.expectations.view(key, self._caches.get)
 
     def _ref(self, obj: CachedObject) -> ObjectRef:
-        return ObjectRef.of(obj, self._kind.name)
+        return ObjectRef.of(obj, self._kind.name, self._kind.resource.api_version)
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -336,7 +341,7 @@ class Replicator:
                 uid=str(meta.get("uid", "")),
                 resource_version=str(meta.get("resourceVersion", "")), replica_of=owner.key,
                 immutable=bool(written.get("immutable")), content_hash=compiled.content_hash,
-                compiled=None, type=str(written.get("type") or ""), retain=compiled.lifecycle
+                compiled=None, type=fixed_of(written, self._kind), retain=compiled.lifecycle
                 .retain))
             return
         admitted = frozenset[str]() if as_written else admitted_fields(compiled, written,
@@ -406,7 +411,7 @@ class Replicator:
             namespace=action.namespace, name=action.name, uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")), replica_of=None,
             immutable=bool(written.get("immutable")), content_hash="", compiled=None,
-            type=str(written.get("type") or "")))
+            type=fixed_of(written, self._kind)))
 
     def _delete(self, action: Action) -> None:
         # Precondition on the version we planned from: a replica edited meanwhile gets a 409
@@ -448,6 +453,14 @@ class Replicator:
         if err.namespace_terminating:
             # It became Terminating after the cache said otherwise: its objects go with it.
             log.info("%s skipped: namespace is terminating", where)
+            return None
+        if err.status == 403 and _ESCALATION in err.message and source is not None:
+            # A Role (or RoleBinding) granting what the operator does not hold: the source's
+            # fault, not the operator's rights; said once per version of it, never retried.
+            self._report_problem(source_key(self._kind, source.namespace, source.name), source,
+                                 "InvalidSpec", f"{where}: the API server refuses the operator "
+                                 f"a {self._kind.name} that grants permissions it does not "
+                                 f"hold itself (RBAC's escalation check): {err.message}")
             return None
         refused = err.status in (401, 403)
         if err.status == 403:

@@ -46,11 +46,23 @@ class Settings:
     # --adopt-from: whose mirrors every source takes over in place ("": none, unless a source
     # says so with configmirror.io/adopt).
     adopt_from: str = ""
+    # The kinds replicated (comma-separated; the flag may be repeated): ConfigMaps always,
+    # and each other kind only when named here (its RBAC comes with it).
+    kinds: str = "configmap"
+    # The roles (names) a replicated RoleBinding may reference; the operator's `bind` is
+    # granted on these names only. Empty: no RoleBinding source is valid.
+    bindable_roles: str = ""
 
     @property
     def secrets(self) -> list[str]:
         """The Secret names replicated (empty: Secrets are never read)."""
         return [n.strip() for n in self.secret_names.split(",") if n.strip()]
+
+    @property
+    def kind_names(self) -> list[str]:
+        """The kinds --kinds names, as written (lower case), each once, in order."""
+        names = (n.strip().lower() for n in self.kinds.split(","))
+        return list(dict.fromkeys(n for n in names if n))
 
 
 # Go's time.ParseDuration: a sign, then one or more numbers each with its unit.

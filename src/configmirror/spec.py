@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from configmirror.selector import Selector, SelectorError, parse_selector
+from configmirror.vocabulary import CONFIGMAP, OPTIONAL, SECRET
 
 PREFIX = "configmirror.io/"
 REPLICATE_TO = PREFIX + "replicate-to"
@@ -99,7 +100,8 @@ ANNOTATIONS = (
     Annotation(ADOPT, "source", "`reflector` or `kubernetes-replicator`",
                "take over, in its target namespaces, the mirrors that tool made of this "
                "source: their marks out, ours in, the object (and its uid) kept"),
-    Annotation(PULL, "Namespace", "comma-separated `[configmap/|secret/]NAMESPACE/NAME`",
+    Annotation(PULL, "Namespace", "comma-separated `[KIND/]NAMESPACE/NAME` (KIND: configmap, "
+               "the default, secret, or a kind `--kinds` turns on, e.g. networkpolicy)",
                "the sources this namespace asks for; each gets a replica when its "
                "`pull-allowed(-matching)` admits the namespace"),
     Annotation(IGNORE_LABEL, "Namespace (label)", "`true`",
@@ -262,7 +264,8 @@ class Pulls:
 
 
 NO_PULLS = Pulls(frozenset())
-_PULL_KINDS = {"configmap": "ConfigMap", "secret": "Secret"}
+# How an entry names each kind: its name in lower case (configmap, secret, networkpolicy).
+_PULL_KINDS = {k.flag: k.name for k in (CONFIGMAP, SECRET, *OPTIONAL.values())}
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?"
                             r"(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -270,8 +273,9 @@ _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 
 def parse_pulls(text: str | None) -> Pulls:
     """`platform/shared-ca, secret/platform/registry-creds`: entries
-    `[configmap/|secret/]NAMESPACE/NAME` (a ConfigMap when no kind is said). An entry that
-    does not parse is kept as a fault naming it; the others still count."""
+    `[KIND/]NAMESPACE/NAME` (KIND: configmap, the default, secret, or a kind --kinds may turn
+    on, e.g. networkpolicy). An entry that does not parse is kept as a fault naming it; the
+    others still count."""
     if text is None:
         return NO_PULLS
     entries: set[tuple[str, str]] = set()
@@ -285,7 +289,8 @@ def parse_pulls(text: str | None) -> Pulls:
             kind = _PULL_KINDS.get(parts[0].lower(), "")
             parts = parts[1:]
         if len(parts) != 2 or not kind:
-            faults.append((entry, "not [configmap/|secret/]NAMESPACE/NAME"))
+            faults.append((entry, f"not [KIND/]NAMESPACE/NAME (KIND: "
+                                  f"{', '.join(_PULL_KINDS)})"))
         elif not _DNS_LABEL.fullmatch(parts[0]) or not _DNS_SUBDOMAIN.fullmatch(parts[1]):
             faults.append((entry, "not a namespace and an object name (lower-case DNS "
                                   "names)"))
@@ -358,16 +363,20 @@ class Scope:
 @dataclass(frozen=True)
 class ReplicaRules:
     """The operator's rule for what replicas never carry: label and annotation keys by which
-    GitOps tools and package managers claim objects (--drop-labels, --drop-annotations)."""
+    GitOps tools and package managers claim objects (--drop-labels, --drop-annotations); and
+    the roles a replicated RoleBinding may reference (--bindable-roles)."""
 
     drop_labels: Patterns
     drop_annotations: Patterns
+    bindable_roles: frozenset[str] = frozenset()
 
     @classmethod
-    def from_flags(cls, drop_labels: str, drop_annotations: str) -> ReplicaRules:
-        """From the two flags (an empty one drops nothing); raises InvalidSpec naming it."""
+    def from_flags(cls, drop_labels: str, drop_annotations: str,
+                   bindable_roles: str = "") -> ReplicaRules:
+        """From the flags (an empty one drops nothing); raises InvalidSpec naming it."""
         return cls(parse_key_patterns(drop_labels, "--drop-labels", empty_ok=True),
-                   parse_key_patterns(drop_annotations, "--drop-annotations", empty_ok=True))
+                   parse_key_patterns(drop_annotations, "--drop-annotations", empty_ok=True),
+                   frozenset(n.strip() for n in bindable_roles.split(",") if n.strip()))
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,8 @@ def check_status_follows_policy(cluster: Cluster, operators: Operators, namespac
                       what="the leader to publish its policy")
     assert policy is not None and policy.metadata is not None
     assert (policy.metadata.labels or {}).get("configmirror.io/policy") == "true"
-    assert (policy.data or {}).get("source-namespace-selector") == "configmirror.io/source=true", policy.data
+    selector = (policy.data or {}).get("source-namespace-selector")
+    assert selector == "configmirror.io/source=true", policy.data
     unlabelled, target = namespaces(labels={}), namespaces()
     cluster.core.create_namespaced_config_map(unlabelled, configmap(  # type: ignore[arg-type]
         "cfg", {REPLICATE_TO: target}, data={"v": "1"}))

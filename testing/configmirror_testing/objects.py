@@ -28,6 +28,58 @@ def configmap(name: str, annotations: dict[str, str] | None = None,
             "data": data if data is not None else {"greeting": "hello"}, **fields}
 
 
+def of_kind(kind: Kind, name: str, fields: dict[str, Any],
+            annotations: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+            namespace: str | None = None) -> dict[str, Any]:
+    """An object of `kind` with these top-level `fields` (spec=..., rules=...)."""
+    metadata: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if annotations:
+        metadata["annotations"] = annotations
+    if labels:
+        metadata["labels"] = labels
+    return {"apiVersion": kind.resource.api_version, "kind": kind.name, "metadata": metadata,
+            **fields}
+
+
+# Two contents of each kind --kinds turns on, as the API server stores them (defaults
+# filled in): a source's first version and its edit.
+KIND_CONTENTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "networkpolicy": (
+        {"spec": {"podSelector": {}, "policyTypes": ["Ingress"]}},
+        {"spec": {"podSelector": {"matchLabels": {"app": "web"}},
+                  "ingress": [{"from": [{"podSelector": {}}]}],
+                  "policyTypes": ["Ingress"]}}),
+    "limitrange": (
+        {"spec": {"limits": [{"type": "Container", "default": {"cpu": "500m"},
+                              "defaultRequest": {"cpu": "100m"}}]}},
+        {"spec": {"limits": [{"type": "Container", "default": {"cpu": "1"},
+                              "defaultRequest": {"cpu": "200m"}}]}}),
+    "resourcequota": (
+        {"spec": {"hard": {"pods": "10"}}},
+        {"spec": {"hard": {"pods": "20", "services": "5"}}}),
+    # Rules the operator holds itself (RBAC's escalation check lets it write them).
+    "role": (
+        {"rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]},
+        {"rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                    "verbs": ["list", "watch"]}]}),
+    # A role in deploy/'s rolebinding component's --bindable-roles; roleRef never changes.
+    "rolebinding": (
+        {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "view"},
+         "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
+                       "name": "team-readers"}]},
+        {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "view"},
+         "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io",
+                       "name": "team-auditors"}]}),
+    "serviceaccount": (
+        {"automountServiceAccountToken": True},
+        {"automountServiceAccountToken": False, "imagePullSecrets": [{"name": "regcred"}]}),
+}
+
+
 def cached(raw: dict[str, Any], kind: Kind) -> CachedObject:
     """`raw` as the operator's cache holds it, under the default drop rules."""
     return object_from_json(raw, DEFAULT_RULES, kind)

@@ -101,6 +101,8 @@ def test_lint_strict_passes(helm: Helm, tmp_path: Path, variant: str) -> None:
     ({"deleteGrace": "a minute"}, ["/deleteGrace", "pattern"]),
     ({"deleteGrace": 60}, ["/deleteGrace", "string"]),
     ({"replica": 3}, ["replica", "additional properties"]),
+    ({"kinds": ["pods"]}, ["/kinds/0", "networkpolicy"]),
+    ({"kinds": "networkpolicy"}, ["/kinds", "array"]),
 ])
 def test_schema_rejects_a_bad_value_naming_it(helm: Helm, tmp_path: Path,
                                               values: dict[str, Any], names: list[str]) -> None:
@@ -205,6 +207,29 @@ def test_values_become_flags_and_extra_args_come_last(helm: Helm, tmp_path: Path
     assert pod["tolerations"] == values["tolerations"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert "requiredDuringSchedulingIgnoredDuringExecution" in pod["affinity"]["podAntiAffinity"]
+
+
+def test_kinds_become_one_flag_and_a_cluster_role_each_with_exactly_their_verbs(
+        helm: Helm, tmp_path: Path) -> None:
+    objects = documents(template(helm, tmp_path, {"kinds": ["networkpolicy", "limitrange"]}))
+    assert "--kinds=networkpolicy,limitrange" in container(objects)["args"]
+    roles = {o["metadata"]["name"]: o["rules"] for o in objects if o["kind"] == "ClusterRole"}
+    verbs = ["list", "watch", "create", "update", "patch", "delete"]
+    assert roles["configmirror-networkpolicy"] == [
+        {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": verbs}]
+    assert roles["configmirror-limitrange"] == [
+        {"apiGroups": [""], "resources": ["limitranges"], "verbs": verbs}]
+    assert "configmirror-resourcequota" not in roles
+    bound = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"}
+    assert {"configmirror-networkpolicy", "configmirror-limitrange"} <= bound
+    objects = documents(template(helm, tmp_path, {"kinds": ["rolebinding"],
+                                                  "bindableRoles": ["view", "edit"]}))
+    assert "--bindable-roles=view,edit" in container(objects)["args"]
+    roles = {o["metadata"]["name"]: o["rules"] for o in objects if o["kind"] == "ClusterRole"}
+    assert roles["configmirror-rolebinding"][1] == {
+        "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "roles"],
+        "resourceNames": ["view", "edit"], "verbs": ["bind"]}
+    assert not any("escalate" in rule["verbs"] for rules in roles.values() for rule in rules)
 
 
 def test_one_pod_without_leader_election_renders_no_lease_rbac(
@@ -402,6 +427,22 @@ def test_the_notes_give_no_label_command_for_a_selector_no_label_can_satisfy(
     notes = done.stdout.split("NOTES:", 1)[1]
     assert 'may hold sources: label' in notes and "env in (prod,staging)" in notes
     assert "kubectl label namespace NAMESPACE" not in notes
+
+
+@pytest.mark.parametrize("resource", ["networkpolicies.networking.k8s.io", "limitranges",
+                                      "resourcequotas", "roles.rbac.authorization.k8s.io",
+                                      "rolebindings.rbac.authorization.k8s.io",
+                                      "serviceaccounts"])
+@pytest.mark.parametrize(("verb", "namespace"), [("list", None), ("watch", None),
+                                                 ("create", "default"), ("update", "default"),
+                                                 ("delete", "default")])
+def test_a_release_without_kinds_holds_no_permission_on_any_other_kind(
+        cluster: Cluster, secrets_rbac: Path, verb: str, resource: str,
+        namespace: str | None) -> None:
+    scope = ["--namespace", namespace] if namespace else ["--all-namespaces"]
+    done = cluster.require_plane().kubectl("auth", "can-i", verb, resource, *scope,
+                                           kubeconfig=secrets_rbac, check=False)
+    assert done.stdout.strip() == "no", done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [

@@ -73,6 +73,15 @@ def test_manifests_pass_server_side_dry_run(cluster: Cluster) -> None:
     ("get", "configmaps", "default", False),
     ("create", "leases.coordination.k8s.io", "default", False),
     ("delete", "events", "default", False),
+    ("bind", "clusterroles.rbac.authorization.k8s.io/view", "default", False),
+    ("escalate", "clusterroles.rbac.authorization.k8s.io", "default", False),
+    # No kind --kinds does not name (deploy/ alone: configmap), nothing for it at all.
+    *[(verb, resource, namespace, False)
+      for resource in ("networkpolicies.networking.k8s.io", "limitranges", "resourcequotas",
+                       "roles.rbac.authorization.k8s.io",
+                       "rolebindings.rbac.authorization.k8s.io", "serviceaccounts")
+      for verb, namespace in (("list", None), ("watch", None), ("create", "default"),
+                              ("update", "default"), ("delete", "default"))],
 ])
 def test_service_account_may_do_exactly_what_configmirror_does(
         deployed: Cluster, sa_kubeconfig: Path, verb: str, resource: str,

@@ -90,7 +90,7 @@ def test_consent_by_label_and_withdrawn_consent_or_a_removed_pull_removes_the_re
     ("{platform}/closed", "does not allow namespace"),
     ("{platform}/missing", "there is no ConfigMap"),
     ("secret/{platform}/creds", "replicates no Secrets"),
-    ("{platform}/closed/extra/part", "not [configmap/|secret/]NAMESPACE/NAME"),
+    ("{platform}/closed/extra/part", "not [KIND/]NAMESPACE/NAME"),
 ])
 def test_a_pull_that_gets_nothing_is_one_pull_not_allowed_event_and_no_loop(
         cluster: Cluster, namespaces: Namespaces, operator: Operator, entry: str,

@@ -189,7 +189,7 @@ def test_a_source_is_named_as_in_the_pull_annotation_or_as_kubectl_names_it(
     ("a/b/c/d", None, "'a/b/c/d' is not [KIND/]NAMESPACE/NAME"),
     ("a/b/c/d", "ns", "'a/b/c/d' is not [KIND/]NAME (with -n ns)"),
     ("pod/ns/name", None, "'pod/ns/name': 'pod' is not a kind (configmap, cm, configmaps, "
-                          "secret, secrets)"),
+     "secret, secrets, networkpolicy"),
     ("other/name", "ns", "'other/name': 'other' is not a kind"),
     ("secret/other/name", "ns", "'secret/other/name' is in namespace other, -n says ns"),
     ("NS/name", None, "'NS/name': 'NS' is not a namespace name"),

@@ -71,6 +71,13 @@ def test_the_command_line_wins_over_the_environment(monkeypatch: pytest.MonkeyPa
     assert (run.leader_elect, run.workers) == (False, 3)
 
 
+def test_a_list_flag_given_more_than_once_is_every_value_joined() -> None:
+    """A kustomize component per kind appends its own --kinds."""
+    run = parsed("run", "--kinds=networkpolicy", "--kinds", "limitrange,resourcequota")
+    assert run.kinds == "networkpolicy,limitrange,resourcequota"
+    assert parsed("run").kinds == "configmap"
+
+
 DURATIONS = [("90s", 90.0), ("10m", 600.0), ("1h30m", 5400.0), ("1.5s", 1.5),
              ("300ms", 0.3), ("60", 60.0), ("0", 0.0), ("2m30.5s", 150.5)]
 DURATION_FLAGS = [("run", "--resync-period"), ("run", "--drain-timeout"),
