@@ -3,8 +3,8 @@
 # holds them as the last line of output.
 #
 #   build.sh          kube-apiserver, etcd, etcdctl, kubectl: the control plane of `make test`
-#   build.sh --oldest kube-apiserver, etcd and etcdctl of the oldest Kubernetes minor the docs
-#                     claim (versions.env's OLDEST_*): the integration tier's second run
+#   build.sh --oldest kube-apiserver and etcd of the oldest Kubernetes minor the docs claim
+#                     (versions.env's OLDEST_*): the integration tier's second run
 #   build.sh --node   also kubelet, kubeadm, kube-scheduler, kube-controller-manager,
 #                     kube-proxy and pause (the pod sandbox's process): what the kind node image
 #                     of `make kind-node-image` is made of (hack/kind/node-image.sh)
@@ -33,7 +33,7 @@ case "${1:-}" in
   --node) BINARIES+=("${NODE_BINARIES[@]}") ;;
   --oldest)
     KUBERNETES_VERSION=$OLDEST_KUBERNETES_VERSION ETCD_VERSION=$OLDEST_ETCD_VERSION
-    BINARIES=(kube-apiserver etcd etcdctl) assets_var=CONFIGMIRROR_OLDEST_ASSETS ;;
+    BINARIES=(kube-apiserver etcd) assets_var=CONFIGMIRROR_OLDEST_ASSETS ;;
   *) echo "usage: $0 [--node|--oldest]" >&2; exit 2 ;;
 esac
 
@@ -122,12 +122,18 @@ fi
 
 if wants etcd || wants etcdctl; then
   t=$SECONDS
-  log "etcd v$ETCD_VERSION: go get + build"
+  etcd_packages=()
+  wants etcd && etcd_packages+=(go.etcd.io/etcd/server/v3)
+  wants etcdctl && etcd_packages+=(go.etcd.io/etcd/etcdctl/v3)
+  log "etcd v$ETCD_VERSION: go get + build ${etcd_packages[*]}"
   cd "$work/etcd"
-  go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@v$ETCD_VERSION"
+  # As for Kubernetes: the module imports only what is built (--oldest builds no etcdctl).
+  { echo '//go:build tools'; echo; echo 'package tools'; echo; echo 'import ('
+    printf '\t_ "%s"\n' "${etcd_packages[@]}"; echo ')'; } >tools.go
+  go get "${etcd_packages[@]/%/@v$ETCD_VERSION}"
   go mod tidy
-  go build -trimpath -ldflags "-s -w" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3
-  go build -trimpath -ldflags "-s -w" -o "$work/bin/etcdctl" go.etcd.io/etcd/etcdctl/v3
+  wants etcd && go build -trimpath -ldflags "-s -w" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3
+  wants etcdctl && go build -trimpath -ldflags "-s -w" -o "$work/bin/etcdctl" go.etcd.io/etcd/etcdctl/v3
   log "etcd built in $(took "$t")"
 fi
 

@@ -95,8 +95,8 @@ def require_kind() -> KindTools:
 
 def start_plane(**options: Any) -> ControlPlane:
     """A started local control plane (ControlPlane's options); the caller stops it."""
-    if oldest():  # its folder has no kubectl: the current one's serves (see versions.env)
-        options.setdefault("kubectl", require_tool("controlplane") / "kubectl")
+    if oldest():  # its folder has no kubectl or etcdctl: the current one's serve
+        options.setdefault("clients", require_tool("controlplane"))
         plane = ControlPlane(require_tool("controlplane-oldest"), **options)
     else:
         plane = ControlPlane(require_tool("controlplane"), **options)

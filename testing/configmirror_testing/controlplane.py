@@ -133,21 +133,24 @@ class ControlPlane:
     accounts it requires); `service_account_admission` turns it on for a cluster that has one.
     `users` adds token identities (name -> groups; `user_kubeconfig` writes their kubeconfigs),
     `authorization` replaces "RBAC" (a kubelet needs "Node,RBAC"), `parent` is where the
-    control plane's temporary folder goes, and `kubectl` a kubectl from elsewhere (the oldest
-    version's folder holds none).
+    control plane's temporary folder goes, and `clients` the folder of kubectl and etcdctl when
+    it is not `assets` (the oldest version's folder holds neither).
     """
 
     def __init__(self, assets: Path, watch_cache: bool = True,
                  extra_apiserver_flags: Sequence[str] = (), address: str = "127.0.0.1",
                  service_account_admission: bool = False, authorization: str = "RBAC",
                  users: Mapping[str, Sequence[str]] | None = None,
-                 parent: Path | None = None, kubectl: Path | None = None) -> None:
-        wanted = [b for b in BINARIES if kubectl is None or b != "kubectl"]
-        missing = [b for b in wanted if not (assets / b).is_file()]
+                 parent: Path | None = None, clients: Path | None = None) -> None:
+        clients = clients or assets
+        missing = [str(folder / b) for folder, b in (
+            (assets, "kube-apiserver"), (assets, "etcd"), (clients, "etcdctl"),
+            (clients, "kubectl")) if not (folder / b).is_file()]
         if missing:
-            raise ControlPlaneError(f"control-plane folder {assets} lacks {', '.join(missing)}")
+            raise ControlPlaneError(f"the control plane lacks {', '.join(missing)}")
         self.assets = assets
-        self.kubectl_binary = kubectl or assets / "kubectl"
+        self.kubectl_binary = clients / "kubectl"
+        self.etcdctl_binary = clients / "etcdctl"
         self.watch_cache = watch_cache
         self.extra_apiserver_flags = list(extra_apiserver_flags)
         self.address = address
@@ -421,7 +424,7 @@ class ControlPlane:
         self.kubeconfig.write_text(json.dumps(self._kubeconfig_doc(self.token)))
 
     def _etcdctl(self, *args: str) -> str:
-        done = subprocess.run([str(self.assets / "etcdctl"), f"--endpoints={self.etcd_endpoint}",
+        done = subprocess.run([str(self.etcdctl_binary), f"--endpoints={self.etcd_endpoint}",
                                *args], capture_output=True, text=True, timeout=30, check=False)
         if done.returncode != 0:
             raise ControlPlaneError(f"etcdctl {' '.join(args)}: {done.stderr.strip()}")
