@@ -39,6 +39,7 @@ from configmirror_testing.cluster import (
     start_plane,
     unique_name,
 )
+from configmirror_testing.controlplane import KUBERNETES, kubernetes_version, minor_of
 from configmirror_testing.e2e import IN_CLUSTER, runs_against
 
 # The fixtures every tier but unit shares (operators, flavours, the image, helm, kind, a
@@ -64,11 +65,38 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect the tests an operator flavour does not run (configmirror_testing.e2e
     runs_against): against a deployed operator, the tests that need one as a local process,
-    and against some, the tests that wait out its grace."""
+    and against some, the tests that wait out its grace. On the local control plane, also
+    those marked `kubernetes(since=..., reason=...)` that its version is older than: they
+    are listed with the reason at the end, never skipped."""
     dropped = [item for item in items if not runs_against(flavour_of(item), item)]
+    older = [] if os.environ.get("CONFIGMIRROR_E2E_KUBECONFIG") else [
+        (item, mark) for item in items if item not in dropped
+        and (mark := item.get_closest_marker("kubernetes")) is not None
+        and minor_of(kubernetes_version()) < minor_of(mark.kwargs["since"])]
+    VERSION_DESELECTED[:] = [
+        f"{item.nodeid}: needs Kubernetes {mark.kwargs['since']}+: {mark.kwargs['reason']}"
+        for item, mark in older]
+    dropped += [item for item, _ in older]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if item not in dropped]
+
+
+VERSION_DESELECTED: list[str] = []  # what the Kubernetes under test is too old for, and why
+
+
+def pytest_report_header() -> str:
+    """Which Kubernetes the local control plane runs (CONFIGMIRROR_KUBERNETES)."""
+    if os.environ.get("CONFIGMIRROR_E2E_KUBECONFIG"):
+        return "kubernetes: the cluster of CONFIGMIRROR_E2E_KUBECONFIG"
+    return f"kubernetes: {kubernetes_version()} (local control plane; {KUBERNETES}=oldest|current)"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if VERSION_DESELECTED:
+        terminalreporter.section(f"deselected for Kubernetes {kubernetes_version()}")
+        for line in VERSION_DESELECTED:
+            terminalreporter.line(line)
 
 
 def flavour_of(item: pytest.Item) -> str | None:

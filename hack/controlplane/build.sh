@@ -3,11 +3,14 @@
 # holds them as the last line of output.
 #
 #   build.sh          kube-apiserver, etcd, etcdctl, kubectl: the control plane of `make test`
+#   build.sh --oldest kube-apiserver and etcd of the oldest Kubernetes minor the docs claim
+#                     (versions.env's OLDEST_*): the integration tier's second run
 #   build.sh --node   also kubelet, kubeadm, kube-scheduler, kube-controller-manager,
 #                     kube-proxy and pause (the pod sandbox's process): what the kind node image
 #                     of `make kind-node-image` is made of (hack/kind/node-image.sh)
 #
-#   KUBEBUILDER_ASSETS=/dir   use binaries already there, if it holds all of them (nothing built)
+#   KUBEBUILDER_ASSETS=/dir   use binaries already there, if it holds all of them (nothing built;
+#                             with --oldest: CONFIGMIRROR_OLDEST_ASSETS=/dir)
 #   CONFIGMIRROR_CACHE=/dir   cache root (default: ${XDG_CACHE_HOME:-~/.cache}/configmirror)
 #   CONFIGMIRROR_FIND_ONLY=1  only report a finished build; never start one
 #
@@ -23,11 +26,15 @@ source "$here/../lib/cache.sh"
 # shellcheck source=versions.env
 source "$here/versions.env"
 BINARIES=(kube-apiserver etcd etcdctl kubectl)
+assets_var=KUBEBUILDER_ASSETS
 NODE_BINARIES=(kubelet kubeadm kube-scheduler kube-controller-manager kube-proxy pause)
 case "${1:-}" in
   "") ;;
   --node) BINARIES+=("${NODE_BINARIES[@]}") ;;
-  *) echo "usage: $0 [--node]" >&2; exit 2 ;;
+  --oldest)
+    KUBERNETES_VERSION=$OLDEST_KUBERNETES_VERSION ETCD_VERSION=$OLDEST_ETCD_VERSION
+    BINARIES=(kube-apiserver etcd) assets_var=CONFIGMIRROR_OLDEST_ASSETS ;;
+  *) echo "usage: $0 [--node|--oldest]" >&2; exit 2 ;;
 esac
 
 cache_init controlplane
@@ -37,18 +44,24 @@ missing() {  # the wanted binaries that $1 lacks
   for b in "${BINARIES[@]}"; do [ -x "$dir/$b" ] || echo "$b"; done
 }
 
-if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
-  if [ -z "$(missing "$KUBEBUILDER_ASSETS")" ]; then
-    log "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS"
-    echo "$KUBEBUILDER_ASSETS"
+assets=${!assets_var:-}
+if [ -n "$assets" ]; then
+  if [ -z "$(missing "$assets")" ]; then
+    log "using $assets_var=$assets"
+    echo "$assets"
     exit 0
   fi
-  log "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS lacks $(missing "$KUBEBUILDER_ASSETS" | xargs); building instead"
+  log "$assets_var=$assets lacks $(missing "$assets" | xargs); building instead"
 fi
 
 out=$(cache_dir controlplane "k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION")
 complete() { [ -z "$(missing "$out")" ]; }
-cache_or_lock "$out" "$out" "make controlplane${1:+ (make node for $1)}" complete
+case "${1:-}" in
+  --node) hint="make node" ;;
+  --oldest) hint="make controlplane-oldest" ;;
+  *) hint="make controlplane" ;;
+esac
+cache_or_lock "$out" "$out" "$hint" complete
 todo=" $(missing "$out" | xargs) "
 wants() { [[ "$todo" == *" $1 "* ]]; }
 
@@ -76,6 +89,10 @@ if ((${#packages[@]})) || wants pause; then
   staging_version="v0.${KUBERNETES_VERSION#1.}"
 fi
 if ((${#packages[@]})); then
+  # The module imports only what this build makes, so `go mod tidy` resolves (and downloads)
+  # no module of a binary not built: --oldest needs kube-apiserver's alone.
+  { echo '//go:build tools'; echo; echo 'package tools'; echo; echo 'import ('
+    printf '\t_ "%s"\n' "${packages[@]}"; echo ')'; } >tools.go
   go mod edit -require="k8s.io/kubernetes@v$KUBERNETES_VERSION"
   for m in $staging; do go mod edit -replace="$m=$m@$staging_version"; done
   log "$(echo "$staging" | wc -w) staging modules pinned at $staging_version; go mod tidy"
@@ -105,12 +122,18 @@ fi
 
 if wants etcd || wants etcdctl; then
   t=$SECONDS
-  log "etcd v$ETCD_VERSION: go get + build"
+  etcd_packages=()
+  wants etcd && etcd_packages+=(go.etcd.io/etcd/server/v3)
+  wants etcdctl && etcd_packages+=(go.etcd.io/etcd/etcdctl/v3)
+  log "etcd v$ETCD_VERSION: go get + build ${etcd_packages[*]}"
   cd "$work/etcd"
-  go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" "go.etcd.io/etcd/etcdctl/v3@v$ETCD_VERSION"
+  # As for Kubernetes: the module imports only what is built (--oldest builds no etcdctl).
+  { echo '//go:build tools'; echo; echo 'package tools'; echo; echo 'import ('
+    printf '\t_ "%s"\n' "${etcd_packages[@]}"; echo ')'; } >tools.go
+  go get "${etcd_packages[@]/%/@v$ETCD_VERSION}"
   go mod tidy
-  go build -trimpath -ldflags "-s -w" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3
-  go build -trimpath -ldflags "-s -w" -o "$work/bin/etcdctl" go.etcd.io/etcd/etcdctl/v3
+  wants etcd && go build -trimpath -ldflags "-s -w" -o "$work/bin/etcd" go.etcd.io/etcd/server/v3
+  wants etcdctl && go build -trimpath -ldflags "-s -w" -o "$work/bin/etcdctl" go.etcd.io/etcd/etcdctl/v3
   log "etcd built in $(took "$t")"
 fi
 

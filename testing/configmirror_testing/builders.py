@@ -48,12 +48,19 @@ def source(annotations: dict[str, str] | None = None, data: dict[str, str] | Non
     return cached(raw)
 
 
-def replica_of(src: ConfigMap, namespace: str, rv: str = "20", **edits: Any) -> ConfigMap:
-    """A cached replica as the operator would have written it (optionally hand-edited)."""
+def replica_body(src: ConfigMap, namespace: str, rv: str = "20", **edits: Any
+                 ) -> dict[str, Any]:
+    """A replica as the API server holds it after the operator wrote it (optionally
+    hand-edited): what FakeKube stores and replica_of caches."""
     body = copy.deepcopy(desired_body(src, namespace))
     body["metadata"].update(uid=f"r-{namespace}", resourceVersion=rv)
     body.update(edits)
-    return cached(body)
+    return body
+
+
+def replica_of(src: ConfigMap, namespace: str, rv: str = "20", **edits: Any) -> ConfigMap:
+    """A cached replica as the operator would have written it (optionally hand-edited)."""
+    return cached(replica_body(src, namespace, rv, **edits))
 
 
 def mirror(tool: str, src: ConfigMap, namespace: str, data: dict[str, str] | None = None,

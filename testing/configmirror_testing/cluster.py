@@ -16,7 +16,12 @@ import pytest
 from kubernetes import client, config
 
 from configmirror_testing import tools
-from configmirror_testing.controlplane import ControlPlane
+from configmirror_testing.controlplane import (
+    ControlPlane,
+    ControlPlaneError,
+    kubernetes_version,
+    oldest,
+)
 from configmirror_testing.kind import KindCluster, find_node_image
 from configmirror_testing.objects import service_account_token, token_kubeconfig
 from configmirror_testing.pod import docker_missing
@@ -90,8 +95,18 @@ def require_kind() -> KindTools:
 
 def start_plane(**options: Any) -> ControlPlane:
     """A started local control plane (ControlPlane's options); the caller stops it."""
-    plane = ControlPlane(require_tool("controlplane"), **options)
+    if oldest():  # its folder has no kubectl or etcdctl: the current one's serve
+        options.setdefault("clients", require_tool("controlplane"))
+        plane = ControlPlane(require_tool("controlplane-oldest"), **options)
+    else:
+        plane = ControlPlane(require_tool("controlplane"), **options)
     plane.start()
+    # The oldest run selects its tests by the version it names: it must be the one served.
+    served = str(plane.api("GET", "/version").get("gitVersion", ""))
+    if oldest() and served != f"v{kubernetes_version()}":
+        plane.stop()
+        raise ControlPlaneError(f"the control plane in {plane.assets} serves Kubernetes "
+                                f"{served}, not v{kubernetes_version()} (versions.env)")
     return plane
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -42,6 +43,11 @@ from configmirror_testing.tools import REPO, find_tool
 from configmirror_testing.wait import WaitTimeout, wait_for
 
 BINARIES = ("kube-apiserver", "etcd", "etcdctl", "kubectl")
+VERSIONS = REPO / "hack" / "controlplane" / "versions.env"
+# Which Kubernetes the suite's local control plane runs: "current" (versions.env's
+# KUBERNETES_VERSION) or "oldest" (OLDEST_KUBERNETES_VERSION, the oldest minor the docs claim:
+# `make test-integration-oldest`).
+KUBERNETES = "CONFIGMIRROR_KUBERNETES"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
 
@@ -55,6 +61,31 @@ def find_assets(repo_root: Path | None = None, build: bool = False, node: bool =
     """The folder holding the control-plane binaries (with `node`, the node's too), or None
     if there is none (and no build): configmirror_testing.tools' rule."""
     return find_tool("node" if node else "controlplane", build, repo_root or REPO)
+
+
+def pinned_versions() -> dict[str, str]:
+    """The KEY=VALUE lines of hack/controlplane/versions.env."""
+    lines = (line.strip() for line in VERSIONS.read_text().splitlines())
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def oldest() -> bool:
+    """Whether the suite runs against the oldest Kubernetes minor the docs claim."""
+    chosen = os.environ.get(KUBERNETES, "current")
+    if chosen not in ("current", "oldest"):
+        raise ControlPlaneError(f"{KUBERNETES}={chosen}: say current or oldest")
+    return chosen == "oldest"
+
+
+def kubernetes_version() -> str:
+    """The Kubernetes version the local control plane runs (versions.env's)."""
+    return pinned_versions()["OLDEST_KUBERNETES_VERSION" if oldest() else "KUBERNETES_VERSION"]
+
+
+def minor_of(version: str) -> tuple[int, int]:
+    """(1, 32) of "1.32.13" or "1.32"."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -101,19 +132,25 @@ class ControlPlane:
     With no controller-manager, ServiceAccount admission is off (nothing would create the
     accounts it requires); `service_account_admission` turns it on for a cluster that has one.
     `users` adds token identities (name -> groups; `user_kubeconfig` writes their kubeconfigs),
-    `authorization` replaces "RBAC" (a kubelet needs "Node,RBAC"), and `parent` is where the
-    control plane's temporary folder goes.
+    `authorization` replaces "RBAC" (a kubelet needs "Node,RBAC"), `parent` is where the
+    control plane's temporary folder goes, and `clients` the folder of kubectl and etcdctl when
+    it is not `assets` (the oldest version's folder holds neither).
     """
 
     def __init__(self, assets: Path, watch_cache: bool = True,
                  extra_apiserver_flags: Sequence[str] = (), address: str = "127.0.0.1",
                  service_account_admission: bool = False, authorization: str = "RBAC",
                  users: Mapping[str, Sequence[str]] | None = None,
-                 parent: Path | None = None) -> None:
-        missing = [b for b in BINARIES if not (assets / b).is_file()]
+                 parent: Path | None = None, clients: Path | None = None) -> None:
+        clients = clients or assets
+        missing = [str(folder / b) for folder, b in (
+            (assets, "kube-apiserver"), (assets, "etcd"), (clients, "etcdctl"),
+            (clients, "kubectl")) if not (folder / b).is_file()]
         if missing:
-            raise ControlPlaneError(f"control-plane folder {assets} lacks {', '.join(missing)}")
+            raise ControlPlaneError(f"the control plane lacks {', '.join(missing)}")
         self.assets = assets
+        self.kubectl_binary = clients / "kubectl"
+        self.etcdctl_binary = clients / "etcdctl"
         self.watch_cache = watch_cache
         self.extra_apiserver_flags = list(extra_apiserver_flags)
         self.address = address
@@ -216,7 +253,7 @@ class ControlPlane:
                 input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run kubectl against this control plane (admin unless `kubeconfig` is given)."""
         # The discovery cache stays with this control plane (not in ~/.kube or the cwd).
-        cmd = [str(self.assets / "kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig),
+        cmd = [str(self.kubectl_binary), "--kubeconfig", str(kubeconfig or self.kubeconfig),
                "--cache-dir", str(self.dir / "kubectl-cache"), *args]
         done = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=120,
                               check=False)
@@ -387,7 +424,7 @@ class ControlPlane:
         self.kubeconfig.write_text(json.dumps(self._kubeconfig_doc(self.token)))
 
     def _etcdctl(self, *args: str) -> str:
-        done = subprocess.run([str(self.assets / "etcdctl"), f"--endpoints={self.etcd_endpoint}",
+        done = subprocess.run([str(self.etcdctl_binary), f"--endpoints={self.etcd_endpoint}",
                                *args], capture_output=True, text=True, timeout=30, check=False)
         if done.returncode != 0:
             raise ControlPlaneError(f"etcdctl {' '.join(args)}: {done.stderr.strip()}")

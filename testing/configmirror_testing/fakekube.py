@@ -3,10 +3,18 @@
 `FakeKube.request` answers as the API server would for one resource's objects (`resource`,
 ConfigMaps by default) held in `objects` by "namespace/name": create (409 if it exists),
 update and delete with their resourceVersion preconditions (409), update of an immutable
-object (422), a JSON merge patch of metadata (releasing a replica), 404 for what is not
-there. Requests for other resources (Events) succeed with an empty answer. Every request is
-recorded; a test queues the failures the next requests get (`failures`, None for one that
-succeeds), and reads each write with what it replaced and when (`writes`, on `clock`).
+object (422), a JSON merge patch of metadata and top-level fields (releasing, marking or
+adopting a replica), 404 for what is not there. Requests for other resources (Events)
+succeed with an empty answer. Every request is recorded with its options (`requests`); a
+test queues the failures the next requests get (`failures`, None for one that succeeds), and
+reads each write with what it replaced and when (`writes`, on `clock`).
+
+`admission` is what the server's mutating admission (a MutatingAdmissionPolicy, a webhook)
+does to each object written in a namespace, before it is stored: every create, update and
+patch there is stored (and answered) as it changed it, as the API server does.
+
+    kube = FakeKube(admission={"a": adds_labels({"team": "x"}), "b": sets_data({"k": "v"})})
+
 Tests that talk to a real API server use configmirror_testing.controlplane instead.
 """
 
@@ -14,11 +22,39 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from configmirror.clock import Clock, FakeClock
 from configmirror.kube import ApiError
+
+Admission = Callable[[dict[str, Any]], None]
+"""What mutating admission does to an object being written (in place)."""
+
+
+def adds_labels(labels: Mapping[str, str]) -> Admission:
+    """Admission that sets these labels on every object written (a policy's ownership label)."""
+    def admit(body: dict[str, Any]) -> None:
+        body["metadata"]["labels"] = {**(body["metadata"].get("labels") or {}), **labels}
+    return admit
+
+
+def sets_data(data: Mapping[str, str]) -> Admission:
+    """Admission that sets these data keys on every object written (a policy rewriting one)."""
+    def admit(body: dict[str, Any]) -> None:
+        body["data"] = {**(body.get("data") or {}), **data}
+    return admit
+
+
+class Request(NamedTuple):
+    """One request the fake was sent: verb, path, body, and its other options
+    (content_type, ...)."""
+
+    verb: str
+    path: str
+    body: Any
+    options: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -42,15 +78,16 @@ class FakeKube:
     clock: Clock = field(default_factory=FakeClock)
     resource: str = "configmaps"
     revision: int = 1
-    requests: list[tuple[str, str, Any]] = field(default_factory=list)  # (verb, path, body)
+    requests: list[Request] = field(default_factory=list)
     failures: list[ApiError | None] = field(default_factory=list)
     writes: list[Write] = field(default_factory=list)
+    admission: Mapping[str, Admission] = field(default_factory=dict)  # namespace -> admission
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def request(self, verb: str, path: str, query: Any = None, body: Any = None,
-                **_options: Any) -> dict[str, Any]:
+                **options: Any) -> dict[str, Any]:
         with self._lock:
-            self.requests.append((verb, path, body))
+            self.requests.append(Request(verb, path, copy.deepcopy(body), options))
             if self.failures and (failure := self.failures.pop(0)) is not None:
                 raise failure
             parts = path.strip("/").split("/")  # api v1 namespaces NS RESOURCE [NAME]
@@ -59,10 +96,19 @@ class FakeKube:
             name = parts[5] if len(parts) > 5 else body["metadata"]["name"]
             return self._answer(verb, path, f"{parts[3]}/{name}", body)
 
-    def written(self) -> list[tuple[str, str, Any]]:
+    def written(self) -> list[Request]:
         """Every request so far (a copy)."""
         with self._lock:
             return list(self.requests)
+
+    def verbs(self) -> list[str]:
+        """The verb of every request so far, in order."""
+        return [r.verb for r in self.written()]
+
+    def forget(self) -> None:
+        """Forget the requests so far (what the server stores stays)."""
+        with self._lock:
+            self.requests.clear()
 
     def _answer(self, verb: str, path: str, key: str, body: Any) -> dict[str, Any]:
         stored = self.objects.get(key)
@@ -86,6 +132,9 @@ class FakeKube:
             if changes.pop("resourceVersion", version) != version:
                 raise ApiError(409, "Conflict", "the object has been modified", verb, path)
             patched = copy.deepcopy(stored)
+            for top, value in body.items():  # a field beside metadata: adoption's immutable
+                if top != "metadata":
+                    patched[top] = copy.deepcopy(value)
             for field_name, values in changes.items():
                 into = patched["metadata"].setdefault(field_name, {})
                 for k, v in values.items():
@@ -108,6 +157,8 @@ class FakeKube:
                body: dict[str, Any]) -> dict[str, Any]:
         self.revision += 1
         stored = copy.deepcopy(body)
+        if (admit := self.admission.get(key.split("/", 1)[0])) is not None:
+            admit(stored)
         # An update or a patch keeps the object (its uid), as the API server does.
         uid = before["metadata"].get("uid") if before is not None else None
         stored["metadata"].update(uid=uid or f"w-{self.revision}",

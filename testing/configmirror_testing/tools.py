@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD_TIMEOUT = 3600.0  # a cold kube-apiserver build takes minutes, 25 on a slow machine
 FIND_TIMEOUT = 60.0
 CONTROL_PLANE = ("kube-apiserver", "etcd", "etcdctl", "kubectl")
+OLDEST = ("kube-apiserver", "etcd")
 NODE = (*CONTROL_PLANE, "kubelet", "kubeadm", "kube-scheduler", "kube-controller-manager",
         "kube-proxy", "pause")
 GO = "needs Go 1.26+"
@@ -53,6 +54,12 @@ TOOLS = {
         ("hack/controlplane/build.sh",), CONTROL_PLANE,
         f"run `make controlplane` ({GO}) or set KUBEBUILDER_ASSETS to a folder with "
         + ", ".join(CONTROL_PLANE), ("CONFIGMIRROR_CONTROLPLANE_ASSETS", "KUBEBUILDER_ASSETS")),
+    # The oldest Kubernetes minor the docs claim (versions.env's OLDEST_*): kube-apiserver and
+    # etcd only; kubectl and etcdctl are the control plane's.
+    "controlplane-oldest": Tool(
+        ("hack/controlplane/build.sh", "--oldest"), OLDEST,
+        f"run `make controlplane-oldest` ({GO}) or set CONFIGMIRROR_OLDEST_ASSETS to a folder "
+        "with " + ", ".join(OLDEST), ("CONFIGMIRROR_OLDEST_ASSETS",)),
     "node": Tool(("hack/controlplane/build.sh", "--node"), NODE,
                  f"run `make node` ({GO}, gcc and libc6-dev)",
                  ("CONFIGMIRROR_CONTROLPLANE_ASSETS", "KUBEBUILDER_ASSETS")),

@@ -210,7 +210,7 @@ def test_kubectl_configmirror_status_runs_through_kubectl(
            "KUBECONFIG": str(cluster.kubeconfig)}
 
     def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(plane.assets / "kubectl"), *args], capture_output=True,
+        return subprocess.run([str(plane.kubectl_binary), *args], capture_output=True,
                               text=True, timeout=60, env=env, check=False)
 
     listed = kubectl("plugin", "list")

@@ -248,7 +248,7 @@ def test_run_adopts_with_one_merge_patch_keeping_the_object(mocker: MockerFixtur
     r = Replicator(kube, w, SCOPE, recorder,  # type: ignore[arg-type]
                    Memory(lambda key: 0, 60.0, FakeClock()), metrics=metrics)
     assert r.reconcile(target_key(CONFIGMAP, "a", "cfg")).changed
-    ((verb, _, body),) = kube.written()
+    ((verb, _, body, _),) = kube.written()
     assert verb == "patch" and body["metadata"]["resourceVersion"] == "30"
     stored = kube.objects["a/cfg"]
     assert stored["metadata"]["uid"] == "m-a"

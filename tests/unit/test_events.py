@@ -125,7 +125,7 @@ def test_a_repeated_warning_patches_the_count_of_the_event_written_for_it(
     events.warning(B, "TargetConflict", "a/cfg exists")  # another object: an Event of its own
     wait_for(lambda: len(server.written()) == 4 and events.pending() == 0,
              what="four writes")
-    verbs = [(verb, body.get("count")) for verb, _, body in server.written()]
+    verbs = [(verb, body.get("count")) for verb, _, body, _ in server.written()]
     assert verbs == [("create", 1), ("patch", 2), ("patch", 3), ("create", 1)]
     create = server.written()[0][2]
     assert create["involvedObject"] == {"kind": "ConfigMap", "apiVersion": "v1",
@@ -146,7 +146,7 @@ def test_an_event_whose_record_expired_is_written_anew(
     events.warning(A, "InvalidSpec", "bad")
     wait_for(lambda: len(server.written()) == 3 and events.pending() == 0,
              what="the patch, then a new create")
-    assert [(verb, body["count"]) for verb, _, body in server.written()] == [
+    assert [(verb, body["count"]) for verb, _, body, _ in server.written()] == [
         ("create", 1), ("patch", 2), ("create", 1)]
 
 
@@ -164,7 +164,7 @@ def test_an_unavailable_server_is_waited_out_with_the_event_first_in_line(
         assert events.pending() == 2, "nothing is lost while the server does not answer"
         clock.step(delay)
     wait_for(lambda: events.pending() == 0, what="both Events written")
-    assert [body["reason"] for _, _, body in server.written()] == [
+    assert [body["reason"] for _, _, body, _ in server.written()] == [
         "First", "First", "First", "Second"], "the one that failed is written first"
 
 
@@ -175,7 +175,7 @@ def test_an_event_the_server_rejects_is_dropped_and_the_rest_go_on(
     events.warning(A, "Rejected", "1")
     events.warning(B, "Next", "2")
     wait_for(lambda: events.pending() == 0, what="both handled")
-    assert [body["reason"] for _, _, body in server.written()] == ["Rejected", "Next"]
+    assert [body["reason"] for _, _, body, _ in server.written()] == ["Rejected", "Next"]
 
 
 @pytest.mark.parametrize("recorder", [3], indirect=True)
@@ -192,7 +192,7 @@ def test_a_full_queue_drops_events_and_counts_each(
     assert caplog.text.count("Event queue full") == 1, "logged once, not per Event"
     clock.step(RETRY_MIN)
     wait_for(lambda: events.pending() == 0, what="the queue to drain")
-    assert [body["message"] for _, _, body in server.written()] == ["0", "0", "0", "1"], \
+    assert [body["message"] for _, _, body, _ in server.written()] == ["0", "0", "0", "1"], \
         "the held Event, then the queued ones that fit"
 
 
@@ -217,7 +217,7 @@ def test_stop_writes_the_open_tallies_and_the_queue(
     events.tally(A, "Replicated", "updated", "ns-1", replicated_message)
     events.warning(B, "Queued", "1")
     events.stop(timeout=5)
-    assert sorted(body["reason"] for _, _, body in server.written()) == ["Queued", "Replicated"]
+    assert sorted(body["reason"] for _, _, body, _ in server.written()) == ["Queued", "Replicated"]
     assert events.pending() == 0
 
 
@@ -445,7 +445,7 @@ def test_the_recorder_remembers_the_most_recently_used_events_up_to_its_limit() 
     # A and B are written; A is repeated (used last), then C evicts the least recent: B.
     write_all(events, (A, "R"), (B, "R"), (A, "R"), (c, "R"), (A, "R"), (B, "R"))
     assert [(verb, body["involvedObject"]["name"] if verb == "create" else body["count"])
-            for verb, _, body in server.written()] == [
+            for verb, _, body, _ in server.written()] == [
         ("create", "a"), ("create", "b"), ("patch", 2), ("create", "c"),
         ("patch", 3),      # A was kept: the most recently used
         ("create", "b")]   # forgotten: written anew
@@ -467,7 +467,7 @@ def test_a_repeat_whose_patch_meets_an_unavailable_server_is_patched_again_not_r
         wait_for(lambda: events.pending() == 0, what="the patch written")
     finally:
         events.stop(timeout=5)
-    assert [verb for verb, _, _ in server.written()] == ["create", "patch", "patch"]
+    assert server.verbs() == ["create", "patch", "patch"]
 
 
 def test_an_event_is_named_after_its_object_and_16_hex_digits() -> None:

@@ -12,13 +12,13 @@ that rewrites a data key), and replicas already as such admission left them (lab
 rewritten and marked). `plan` lists its actions and problems from one look at the caches.
 Then the workers run: the real work queue on a fake clock (stepped to the next due key
 whenever only delayed keys are left), the real routing of watch events and the real
-replicator, writing to a recording server that stores what it is sent (as its admission
-changes it); its stored objects go back into the caches as a relist does, round after round,
-until nothing more is written. Every write, conflict and problem the run made is then
-compared with what `plan` listed, object by object (and the one patch that
-names a rewritten key on a replica the first time, which plan cannot know of), a second
-`plan` lists nothing left to do, and a restarted operator (no memory, a fresh list) writes
-nothing.
+replicator, writing to configmirror_testing's FakeKube, which stores what it is sent (as its
+admission changes it) with the API server's resourceVersion preconditions; its stored
+objects go back into the caches as a relist does, round after round, until nothing more is
+written. Every write, conflict and problem the run made is then compared with what `plan`
+listed, object by object (and the one patch that names a rewritten key on a replica the
+first time, which plan cannot know of), a second `plan` lists nothing left to do, and a
+restarted operator (no memory, a fresh list) writes nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from hypothesis import strategies as st
 
 from configmirror.admission import ADMITTED
 from configmirror.clock import FakeClock
-from configmirror.kube import ApiError
 from configmirror.memory import Memory
 from configmirror.model import (
     CONTENT_HASH,
@@ -73,6 +72,7 @@ from configmirror.vocabulary import CONFIGMAP
 from configmirror.workqueue import WorkQueue
 from configmirror_testing import othertools
 from configmirror_testing.builders import cached
+from configmirror_testing.fakekube import FakeKube, adds_labels, sets_data
 
 NAMESPACES = ("a", "b", "c", "d", "home1", "home2")
 NAMES = ("cfg", "app")
@@ -102,13 +102,14 @@ class World:
     admission: dict[str, str] = field(default_factory=dict)
 
 
+# What each admission of World.admission does to a write (FakeKube's admission).
+ADMISSIONS = {"label": adds_labels({"policy.example/owner": "team"}),
+              "data": sets_data({"k": "policy"})}
+
+
 def admitted(body: dict[str, Any], admission: str) -> dict[str, Any]:
     """`body` as the server's admission stores it."""
-    if admission == "label":
-        body["metadata"]["labels"] = {**(body["metadata"].get("labels") or {}),
-                                      "policy.example/owner": "team"}
-    elif admission == "data":
-        body["data"] = {**(body.get("data") or {}), "k": "policy"}
+    ADMISSIONS[admission](body)
     return body
 
 
@@ -216,75 +217,29 @@ def worlds(draw: st.DrawFn) -> World:
 # -- the run's side: a recording server and the workers -------------------------------------
 
 
-@dataclass
-class RecordingServer:
-    """Stores what it is sent, as the API server would, with resourceVersion preconditions;
-    records every write with the source it is for. Only the replicator talks to it."""
+def server_of(world: World, clock: FakeClock) -> FakeKube:
+    """The server the run writes to: the world's objects, its admission per namespace."""
+    return FakeKube(copy.deepcopy(world.objects), clock,
+                    admission={n: ADMISSIONS[a] for n, a in world.admission.items()})
 
-    objects: dict[str, dict[str, Any]]
-    clock: FakeClock
-    admission: dict[str, str]
-    revision: int = 1
-    writes: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, object, source)
-    times: list[float] = field(default_factory=list)  # seconds into the run of each write
 
-    def request(self, verb: str, path: str, query: Any = None, body: Any = None,
-                **_options: Any) -> dict[str, Any]:
-        parts = path.strip("/").split("/")  # api v1 namespaces NS configmaps [NAME]
-        namespace = parts[3]
-        name = parts[5] if len(parts) > 5 else body["metadata"]["name"]
-        key = f"{namespace}/{name}"
-        stored = self.objects.get(key)
-        if verb == "create":
-            if stored is not None:
-                raise ApiError(409, "AlreadyExists", f"{key} exists", verb, path)
-            return self._store(verb, key, body)
-        if stored is None:
-            raise ApiError(404, "NotFound", f"{key} not found", verb, path)
-        if verb == "update":
-            if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict", "the object has been modified", verb, path)
-            if stored.get("immutable"):
-                raise ApiError(422, "Invalid", "field is immutable", verb, path)
-            return self._store(verb, key, body)
-        if verb == "patch":  # a JSON merge patch (releasing, marking or adopting a replica)
-            marking = set(body["metadata"].get("annotations") or {}) == {ADMITTED}
-            if body["metadata"].pop("resourceVersion") != stored["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict", "the object has been modified", verb, path)
-            adopting = (body["metadata"].get("annotations") or {}).get(REPLICA_OF)
-            owner = adopting or stored["metadata"]["annotations"][REPLICA_OF]
-            patched = copy.deepcopy(stored)
-            if body.get("immutable"):
-                patched["immutable"] = True
-            for field_name, changes in body["metadata"].items():
-                values = patched["metadata"].setdefault(field_name, {})
-                for k, v in changes.items():
-                    if v is None:
-                        values.pop(k, None)
-                    else:
-                        values[k] = v
-            self._store("patch", key, patched)
-            self.writes[-1] = ("adopt" if adopting else "admitted" if marking else "release",
-                               key, owner)
-            return copy.deepcopy(self.objects[key])
-        assert verb == "delete", verb
-        if body["preconditions"]["resourceVersion"] != stored["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", "precondition failed", verb, path)
-        del self.objects[key]
-        self.revision += 1
-        self.writes.append(("delete", key, stored["metadata"]["annotations"].get(REPLICA_OF, "")))
-        self.times.append(self.clock.now() - START)
-        return {}
-
-    def _store(self, verb: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.revision += 1
-        namespace = key.split("/", maxsplit=1)[0]
-        stored = admitted(copy.deepcopy(body), self.admission.get(namespace, ""))
-        stored["metadata"].update(uid=f"w-{self.revision}", resourceVersion=str(self.revision))
-        self.objects[key] = stored
-        self.writes.append((verb, key, body["metadata"]["annotations"].get(REPLICA_OF, "")))
-        self.times.append(self.clock.now() - START)
-        return copy.deepcopy(stored)
+def writes(server: FakeKube) -> list[tuple[str, str, str, float]]:
+    """Every write the server stored: (verb, object, the source it is for, seconds into the
+    run). A patch that makes an object ours is an adoption ("adopt"), one that leaves the
+    replica ours marks what admission changed ("admitted"), one that takes our marks off is
+    a release."""
+    done = []
+    for w in server.writes:
+        before = (w.before or {}).get("metadata", {}).get("annotations") or {}
+        after = (w.after or {}).get("metadata", {}).get("annotations") or {}
+        verb = w.verb
+        if verb == "patch":
+            verb = ("release" if REPLICA_OF not in after else
+                    "admitted" if REPLICA_OF in before else "adopt")
+        owner = after.get(REPLICA_OF, "") if verb in ("create", "update", "admitted", "adopt") \
+            else before[REPLICA_OF]
+        done.append((verb, w.key, owner, w.at - START))
+    return done
 
 
 class RecordingRecorder:
@@ -316,10 +271,10 @@ def plan_all(world: World) -> list[Any]:
             for k in sorted(keys)]
 
 
-def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
+def run(world: World) -> tuple[FakeKube, RecordingRecorder]:
     """The workers, round after round (each round ends with a relist), until quiet."""
     clock = FakeClock(START)
-    server = RecordingServer(copy.deepcopy(world.objects), clock, world.admission)
+    server = server_of(world, clock)
     recorder = RecordingRecorder()
     caches, objects, spaces = caches_of(world)
     listed = [server.revision]  # the revision the caches were last listed at (the watermark)
@@ -362,7 +317,7 @@ def run(world: World) -> tuple[RecordingServer, RecordingRecorder]:
         for old, new in events:
             for key in object_keys(CONFIGMAP, old, new, caches.sources_named):
                 queue.add(key)
-    raise AssertionError(f"still writing after 10 rounds: {server.writes}")
+    raise AssertionError(f"still writing after 10 rounds: {writes(server)}")
 
 
 def expected_writes(plans: list[Any], world: World) -> Counter[tuple[str, str, str, float]]:
@@ -391,7 +346,7 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
 
     # Every write plan listed, and when: a removal (and the create that follows one) after
     # the grace, anything else at once.
-    done = Counter((*w, t) for w, t in zip(server.writes, server.times, strict=True))
+    done = Counter(writes(server))
     assert done == expected_writes(plans, world)
     waited = [a for p in plans for a in p.actions if a.kind in REMOVALS]
     assert all(a.due_in == world.grace for a in waited), "plan says how long each waits"
@@ -406,7 +361,7 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
 
     # What admission changed is said once per source that wrote where admission acts.
     mutated = [obj for r, obj, _ in recorder.warnings if r == MUTATED]
-    assert sorted(mutated) == sorted({source for verb, where, source in server.writes
+    assert sorted(mutated) == sorted({source for verb, where, source, _ in writes(server)
                                       if verb in ("create", "update", "adopt")
                                       and world.admission.get(where.split("/", 1)[0])})
 

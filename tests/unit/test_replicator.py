@@ -1,5 +1,6 @@
 """The replicator's memory between reconciles: what it tells once, what it calls off, and
-what it never writes (pure logic: a mocked client and recorder, the real caches)."""
+what it never writes (pure logic: configmirror_testing's FakeKube as the server, a mocked
+recorder, the real caches)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from pytest_mock import MockerFixture
 from configmirror.admission import ADMITTED
 from configmirror.clock import FakeClock
 from configmirror.events import EventRecorder
-from configmirror.kube import ApiError, Kube
+from configmirror.kube import ApiError
 from configmirror.memory import Memory
 from configmirror.metrics import Metrics
 from configmirror.model import (
+    REPLICA_OF,
     CachedObject,
     Caches,
     Namespace,
@@ -36,33 +38,51 @@ from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import ON_DELETE, PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.store import Store
 from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
-from configmirror_testing.builders import cached, ns, plain, puller, replica_of, source
+from configmirror_testing.builders import cached, ns, plain, puller, replica_body, source
+from configmirror_testing.fakekube import Admission, FakeKube, adds_labels, sets_data
 
 TARGET = target_key(CONFIGMAP, "a", "cfg")
 SOURCE = source_key(CONFIGMAP, "src", "cfg")
 
 
 class World:
-    """The caches a replicator reads, filled by hand as an informer would."""
+    """The server (FakeKube, its first write at resourceVersion 30, with `admission` per
+    namespace) and the caches a replicator reads, filled by hand as an informer would."""
 
-    def __init__(self, *namespaces: Namespace, kind: Kind = CONFIGMAP) -> None:
+    def __init__(self, *namespaces: Namespace, kind: Kind = CONFIGMAP,
+                 admission: dict[str, Admission] | None = None) -> None:
         self.objects: Store[CachedObject] = Store(object_indexers())
         self.namespaces: Store[Namespace] = Store()
         for namespace in (ns("src"), *namespaces):
             self.namespaces.upsert(namespace.name, namespace)
         self.caches = Caches(self.objects, self.namespaces, kind)
+        self.kind = kind
+        self.kube = FakeKube(resource=kind.plural, revision=29, admission=admission or {})
 
     def put(self, obj: CachedObject) -> CachedObject:
+        """Cache `obj` only (a source, or what the server no longer holds as cached)."""
         self.objects.upsert(obj.key, obj)
         return obj
+
+    def hold(self, body: dict[str, Any]) -> CachedObject:
+        """An object the server stores and the caches hold."""
+        meta = body["metadata"]
+        self.kube.objects[f"{meta['namespace']}/{meta['name']}"] = copy.deepcopy(body)
+        return self.put(cached(body, self.kind))
+
+
+def replica(world: World, src: CachedObject, namespace: str, rv: str = "20",
+            **edits: Any) -> CachedObject:
+    """A replica of `src` the server holds and the caches hold (optionally hand-edited)."""
+    return world.hold(replica_body(src, namespace, rv, **edits))
 
 
 def replicator(mocker: MockerFixture, world: World, delete_grace: float = 60.0,
                dry_run: bool = False, watermark: int = 0, metrics: Metrics | None = None
-               ) -> tuple[Replicator, Any, Any]:
+               ) -> tuple[Replicator, FakeKube, Any]:
     """`watermark`: the resourceVersion the caches are at (0: behind every write of ours,
     which the replicator then sees as it wrote it; high: the cache is the truth)."""
-    kube = mocker.create_autospec(Kube, instance=True)
+    kube = world.kube
     recorder = mocker.create_autospec(EventRecorder, instance=True)
     r = Replicator(kube, world.caches, Scope.from_flags("*", DEFAULT_EXCLUDED), recorder,
                    Memory(lambda key: watermark, delete_grace, FakeClock()), metrics=metrics,
@@ -70,19 +90,12 @@ def replicator(mocker: MockerFixture, world: World, delete_grace: float = 60.0,
     return r, kube, recorder
 
 
-def deleter(mocker: MockerFixture, world: World) -> tuple[Replicator, Any, Metrics]:
+def deleter(mocker: MockerFixture, world: World) -> tuple[Replicator, FakeKube, Metrics]:
     """A replicator with no grace, so a replica whose source is gone is deleted (or
     released) at once, and its metrics."""
     metrics = Metrics()
     r, kube, _ = replicator(mocker, world, delete_grace=0.0, metrics=metrics)
     return r, kube, metrics
-
-
-def stored(src: CachedObject, namespace: str) -> dict[str, Any]:
-    """What the API server answers to the create of `src`'s replica there: what was sent."""
-    body = copy.deepcopy(desired_body(src, namespace))
-    body["metadata"].update(uid="r-1", resourceVersion="30")
-    return body
 
 
 # -- removals: they wait, and are called off once their cause goes -----------------------------
@@ -92,11 +105,11 @@ def test_a_removal_waits_out_the_grace_and_is_called_off_when_its_source_comes_b
         mocker: MockerFixture) -> None:
     world = World(ns("a"))
     src = source({REPLICATE_TO: "a"})
-    world.put(replica_of(src, "a"))  # its source is gone
+    replica(world, src, "a")  # its source is gone
     r, kube, _ = replicator(mocker, world, delete_grace=60.0)
     result = r.reconcile(TARGET)
     assert result.requeue_after == 60
-    assert r.pending_removals() == 1 and not kube.request.called
+    assert r.pending_removals() == 1 and not kube.requests
     world.put(src)  # back, before the grace is out
     r.reconcile(SOURCE)
     assert r.pending_removals() == 0, "called off by the source's reconcile, not later"
@@ -106,7 +119,7 @@ def test_a_removal_whose_cause_remains_stays_pending_through_its_sources_reconci
         mocker: MockerFixture) -> None:
     world = World(ns("a"), ns("b"))
     src = source({REPLICATE_TO: "a"})
-    world.put(replica_of(src, "a"))
+    replica(world, src, "a")
     world.put(source({REPLICATE_TO: "b"}))  # it no longer wants a
     r, _, _ = replicator(mocker, world, delete_grace=60.0)
     r.reconcile(TARGET)
@@ -118,21 +131,21 @@ def test_a_removal_whose_cause_is_gone_is_forgotten_by_its_target_too(
         mocker: MockerFixture) -> None:
     world = World(ns("a"))
     src = source({REPLICATE_TO: "a"})
-    world.put(replica_of(src, "a"))
+    replica(world, src, "a")
     r, kube, _ = replicator(mocker, world, delete_grace=60.0)
     r.reconcile(TARGET)
     world.put(src)
     assert r.reconcile(TARGET) == Result() and r.pending_removals() == 0
-    assert not kube.request.called
+    assert not kube.requests
 
 
 def test_a_removal_due_in_under_a_second_still_waits(mocker: MockerFixture) -> None:
     world = World(ns("a"))
-    world.put(replica_of(source({REPLICATE_TO: "a"}), "a"))
+    replica(world, source({REPLICATE_TO: "a"}), "a")
     r, kube, _ = replicator(mocker, world, delete_grace=0.5)
     result = r.reconcile(TARGET)
     assert result.requeue_after == 0.5
-    assert not kube.request.called
+    assert not kube.requests
 
 
 # -- writes: none in a dry run, each told in its source's tally -----------------------------------
@@ -143,15 +156,15 @@ def test_a_dry_run_decides_but_writes_nothing(mocker: MockerFixture) -> None:
     world.put(source({REPLICATE_TO: "a"}))
     r, kube, recorder = replicator(mocker, world, dry_run=True)
     assert r.reconcile(TARGET) == Result()
-    assert not kube.request.called and not recorder.method_calls
+    assert not kube.requests and not recorder.method_calls
 
 
 def test_a_write_is_counted_in_its_sources_replicated_tally(mocker: MockerFixture) -> None:
     world = World(ns("a"))
     src = world.put(source({REPLICATE_TO: "a"}))
     r, kube, recorder = replicator(mocker, world)
-    kube.request.return_value = stored(src, "a")
     assert r.reconcile(TARGET) == Result(changed=True)
+    assert kube.objects["a/cfg"]["data"] == desired_body(src, "a")["data"]
     assert recorder.tally.call_count == 1
     ref, reason, kind, item, _ = recorder.tally.call_args.args
     assert (ref.namespace, ref.name, reason, kind, item) == ("src", "cfg", REPLICATED,
@@ -162,33 +175,21 @@ def test_an_immutable_replica_that_differs_is_deleted_then_created(
         mocker: MockerFixture) -> None:
     world = World(ns("a"))
     src = world.put(source({REPLICATE_TO: "a"}))
-    world.put(replica_of(src, "a", immutable=True, data={"k": "old"}))
+    replica(world, src, "a", immutable=True, data={"k": "old"})
     r, kube, _ = replicator(mocker, world)
-    kube.request.side_effect = lambda verb, path, body=None: stored(src, "a") \
-        if verb == "create" else {}
     assert r.reconcile(TARGET) == Result(changed=True)
-    assert [c.args[0] for c in kube.request.call_args_list] == ["delete", "create"]
-
-
-def answer(body: dict[str, Any], rv: str = "30", data: dict[str, str] | None = None,
-           labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """What a server whose admission sets `data` and `labels` stores of a write of `body`."""
-    stored_body = copy.deepcopy(body)
-    stored_body["metadata"].update(uid="r-1", resourceVersion=rv)
-    stored_body["metadata"]["labels"] = {**stored_body["metadata"]["labels"], **(labels or {})}
-    stored_body["data"] = {**stored_body["data"], **(data or {})}
-    return stored_body
+    assert kube.verbs() == ["delete", "create"]
+    assert kube.objects["a/cfg"]["data"] == desired_body(src, "a")["data"]
 
 
 def test_a_write_admission_adds_a_label_to_is_written_once_and_needs_no_mark(
         mocker: MockerFixture) -> None:
-    world = World(ns("a"))
+    world = World(ns("a"), admission={"a": adds_labels({"o": "t"})})
     world.put(source({REPLICATE_TO: "a"}))
     r, kube, recorder = replicator(mocker, world)
-    kube.request.side_effect = lambda verb, path, body, **_: answer(body, labels={"o": "t"})
     assert r.reconcile(TARGET) == Result(changed=True)
     assert r.reconcile(TARGET) == Result(), "what the server stored is in sync"
-    assert [c.args[0] for c in kube.request.call_args_list] == ["create"]
+    assert kube.verbs() == ["create"]
     (warned,) = [c.args[2] for c in recorder.warning.call_args_list if c.args[1] == MUTATED]
     assert warned.startswith("the API server stored replica a/cfg other than it was written "
                              "(label o added)")
@@ -196,54 +197,40 @@ def test_a_write_admission_adds_a_label_to_is_written_once_and_needs_no_mark(
 
 def test_a_data_key_admission_rewrites_is_named_on_the_replica_once_then_carried(
         mocker: MockerFixture) -> None:
-    world = World(ns("a"))
+    world = World(ns("a"), admission={"a": sets_data({"k": "policy"})})
     world.put(source({REPLICATE_TO: "a"}, data={"k": "1"}))
     metrics = Metrics()
     r, kube, _ = replicator(mocker, world, watermark=10**9,  # each write's echo is cached
                             metrics=metrics)
-    written: list[dict[str, Any]] = []
-
-    def server(verb: str, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
-        if verb == "patch":  # the mark, on what was stored
-            marked = copy.deepcopy(written[-1])
-            marked["metadata"]["annotations"].update(body["metadata"]["annotations"])
-            marked["metadata"]["resourceVersion"] = "31"
-            written.append(marked)
-        else:
-            written.append(answer(body, data={"k": "policy"}))
-        return copy.deepcopy(written[-1])
-
-    kube.request.side_effect = server
     r.reconcile(TARGET)
-    assert [c.args[0] for c in kube.request.call_args_list] == ["create", "patch"]
-    assert kube.request.call_args.kwargs["body"]["metadata"] == {
-        "resourceVersion": "30", "annotations": {ADMITTED: "data/k"}}
+    assert kube.verbs() == ["create", "patch"]
+    assert kube.requests[-1].body["metadata"] == {
+        "resourceVersion": "30", "annotations": {ADMITTED: "data/k"}}, \
+        "the mark, on the version just written"
     assert metrics.registry.get_sample_value(
         "configmirror_replica_writes_total", {"action": "admitted", "resource": "configmaps"}
     ) == 1, "the mark is a write, and counted as one"
-    world.put(cached(written[-1]))
+    world.put(cached(kube.objects["a/cfg"]))  # the watch brings what the server stored
     assert r.reconcile(TARGET) == Result(), "in sync as the server stores it"
     world.put(source({REPLICATE_TO: "a"}, data={"k": "2"}, rv="11"))
-    kube.request.reset_mock()
+    kube.forget()
     r.reconcile(TARGET)
-    assert [c.args[0] for c in kube.request.call_args_list] == ["update"], \
-        "a source edit is one write: it carries the mark"
-    assert kube.request.call_args.kwargs["body"]["metadata"]["annotations"][ADMITTED] == "data/k"
+    assert kube.verbs() == ["update"], "a source edit is one write: it carries the mark"
+    assert kube.requests[-1].body["metadata"]["annotations"][ADMITTED] == "data/k"
 
 
 def test_a_mark_admission_no_longer_needs_is_taken_off(mocker: MockerFixture) -> None:
     world = World(ns("a"))
     src = world.put(source({REPLICATE_TO: "a"}, data={"k": "1"}))
-    marked = answer(desired_body(src, "a"), data={"k": "policy"})
+    marked = replica_body(src, "a", data={"k": "policy"})  # as a policy left it, and marked
     marked["metadata"]["annotations"][ADMITTED] = "data/k"
-    world.put(cached(marked))
+    world.hold(marked)
     world.put(source({REPLICATE_TO: "a"}, data={"k": "2"}, rv="11"))
-    r, kube, _ = replicator(mocker, world)
-    kube.request.side_effect = lambda verb, path, body, **_: answer(body) if verb != "patch" \
-        else {**answer(desired_body(world.caches.get("src/cfg"), "a"), rv="32")}  # type: ignore
+    r, kube, _ = replicator(mocker, world)  # the policy is gone: the server stores as sent
     r.reconcile(TARGET)
-    assert [c.args[0] for c in kube.request.call_args_list] == ["update", "patch"]
-    assert kube.request.call_args.kwargs["body"]["metadata"]["annotations"] == {ADMITTED: None}
+    assert kube.verbs() == ["update", "patch"]
+    assert kube.requests[-1].body["metadata"]["annotations"] == {ADMITTED: None}
+    assert ADMITTED not in kube.objects["a/cfg"]["metadata"]["annotations"]
     assert r.reconcile(TARGET) == Result()
 
 
@@ -256,33 +243,32 @@ def test_a_secret_written_and_changed_before_the_watch_brings_it_is_updated_not_
             "namespace": "src", "name": "cfg", "uid": "u", "resourceVersion": rv,
             "annotations": {REPLICATE_TO: "a"}}, "type": "Opaque", "data": {"k": data}}, SECRET))
 
-    v1 = secret("MQ==", "10")
-    kube = mocker.create_autospec(Kube, instance=True)
+    secret("MQ==", "10")
+    kube = world.kube
     r = Replicator(kube, world.caches, Scope.from_flags("src", DEFAULT_EXCLUDED),
                    mocker.create_autospec(EventRecorder, instance=True),
                    Memory(lambda key: 0, 60.0, FakeClock()))
-    kube.request.return_value = stored(v1, "a")
     r.reconcile(target_key(SECRET, "a", "cfg"))
-    v2 = secret("Mg==", "11")  # the replica is still only in our memory of the write
-    kube.request.return_value = stored(v2, "a")
+    secret("Mg==", "11")  # the replica is still only in our memory of the write
     r.reconcile(target_key(SECRET, "a", "cfg"))
-    assert [c.args[0] for c in kube.request.call_args_list] == ["create", "update"]
+    assert kube.verbs() == ["create", "update"]
+    assert kube.objects["a/cfg"]["data"] == {"k": "Mg=="}
 
 
 def test_a_release_is_a_merge_patch_of_our_marks_and_is_counted(mocker: MockerFixture) -> None:
     world = World(ns("a"))
-    world.put(replica_of(source({REPLICATE_TO: "a", ON_DELETE: "retain"}), "a"))  # source gone
+    replica(world, source({REPLICATE_TO: "a", ON_DELETE: "retain"}), "a")  # source gone
     r, kube, metrics = deleter(mocker, world)
-    kube.request.return_value = {"metadata": {"namespace": "a", "name": "cfg",
-                                              "resourceVersion": "31"}}
     assert r.reconcile(TARGET) == Result(changed=True)
-    (verb, path), options = kube.request.call_args
+    (verb, path, body, options), = kube.requests
     assert (verb, path, options["content_type"]) == (
         "patch", "/api/v1/namespaces/a/configmaps/cfg", "application/merge-patch+json")
+    assert body["metadata"]["resourceVersion"] == "20", "on the version planned from"
+    assert REPLICA_OF not in kube.objects["a/cfg"]["metadata"]["annotations"]
     assert metrics.registry.get_sample_value(
         "configmirror_replica_writes_total", {"action": "release", "resource": "configmaps"}) == 1
     r.reconcile(TARGET)  # before the watch brings it: the cache still holds our replica
-    assert kube.request.call_count == 1, "released once: our memory of it says it is no replica"
+    assert len(kube.requests) == 1, "released once: our memory of it says it is no replica"
 
 
 def test_a_create_into_a_namespace_found_terminating_is_skipped_quietly(
@@ -290,37 +276,31 @@ def test_a_create_into_a_namespace_found_terminating_is_skipped_quietly(
     world = World(ns("a"))
     world.put(source({REPLICATE_TO: "a"}))
     r, kube, recorder = replicator(mocker, world)
-    kube.request.side_effect = ApiError(
+    kube.failures.append(ApiError(
         403, "Forbidden", 'unable to create new content in namespace a because it is being '
-        'terminated', "create", "/api/v1/namespaces/a/configmaps")
+        'terminated', "create", "/api/v1/namespaces/a/configmaps"))
     assert r.reconcile(TARGET) == Result()
     assert not recorder.warning.called
+    assert "a/cfg" not in kube.objects
 
 
 def test_an_admission_change_is_warned_once_per_digest_and_again_once_it_was_no_source(
         mocker: MockerFixture) -> None:
-    world = World(ns("a"), ns("b"), ns("c"))
+    webhook = adds_labels({"webhook": "added"})  # a webhook adds a label to each replica
+    world = World(ns("a"), ns("b"), ns("c"), admission=dict.fromkeys("abc", webhook))
     src = world.put(source({REPLICATE_TO: "a, b, c"}))
-    r, kube, recorder = replicator(mocker, world)
-
-    def mutated(namespace: str) -> dict[str, Any]:  # a webhook adds a label to each replica
-        body = stored(src, namespace)
-        body["metadata"]["labels"] = {**body["metadata"]["labels"], "webhook": "added"}
-        return body
+    r, _, recorder = replicator(mocker, world)
 
     def warned() -> int:
         return sum(1 for c in recorder.warning.call_args_list if c.args[1] == MUTATED)
 
-    kube.request.return_value = mutated("a")
     r.reconcile(TARGET)
     r.reconcile(SOURCE)  # still a source: nothing to forget
-    kube.request.return_value = mutated("b")
     r.reconcile(target_key(CONFIGMAP, "b", "cfg"))
     assert warned() == 1, "once for that digest of the source"
     world.put(plain("src"))  # no longer a source
     r.reconcile(SOURCE)
     world.put(src)  # a source again, with the same digest
-    kube.request.return_value = mutated("c")
     r.reconcile(target_key(CONFIGMAP, "c", "cfg"))
     assert warned() == 2
 
@@ -357,7 +337,7 @@ def test_a_conflict_is_warned_once_and_again_when_it_comes_back(mocker: MockerFi
     world.put(source({REPLICATE_TO: "a"}, rv="12"))  # the same conflict again
     r.reconcile(TARGET)
     assert conflicts(recorder) == 2
-    assert not kube.request.called, "someone's own object is never written"
+    assert not kube.requests, "someone's own object is never written"
 
 
 def test_a_dry_run_tells_no_conflict(mocker: MockerFixture) -> None:
@@ -411,46 +391,46 @@ def deletes(metrics: Metrics) -> float | None:
 def test_an_orphan_is_deleted_at_its_version_counted_and_not_deleted_again_before_the_watch(
         mocker: MockerFixture) -> None:
     world = World(ns("a"))
-    world.put(replica_of(source({REPLICATE_TO: "a"}), "a", rv="20"))  # its source is gone
+    replica(world, source({REPLICATE_TO: "a"}), "a", rv="20")  # its source is gone
     r, kube, metrics = deleter(mocker, world)
-    kube.request.return_value = {}
     assert r.reconcile(TARGET) == Result(changed=True)
-    (verb, path), options = kube.request.call_args
+    (verb, path, body, _), = kube.requests
     assert (verb, path) == ("delete", "/api/v1/namespaces/a/configmaps/cfg")
-    assert options["body"]["preconditions"] == {"resourceVersion": "20"}
+    assert body["preconditions"] == {"resourceVersion": "20"}
+    assert "a/cfg" not in kube.objects
     assert deletes(metrics) == 1
     assert r.reconcile(TARGET) == Result(), "the cache still holds it: our memory says gone"
-    assert kube.request.call_count == 1
+    assert len(kube.requests) == 1
 
 
 def test_a_delete_of_what_is_already_gone_is_done(mocker: MockerFixture) -> None:
     world = World(ns("a"))
-    world.put(replica_of(source({REPLICATE_TO: "a"}), "a"))
+    replica(world, source({REPLICATE_TO: "a"}), "a")
     r, kube, metrics = deleter(mocker, world)
-    kube.request.side_effect = ApiError(404, "NotFound", 'configmaps "cfg" not found',
-                                        "delete", "/api/v1/namespaces/a/configmaps/cfg")
+    del kube.objects["a/cfg"]  # gone from the server, still in the cache: the delete gets 404
     assert r.reconcile(TARGET) == Result(changed=True)
+    assert kube.verbs() == ["delete"]
     assert deletes(metrics) == 1
 
 
 def test_a_delete_refused_for_a_newer_version_is_retried_and_not_counted(
         mocker: MockerFixture) -> None:
     world = World(ns("a"))
-    world.put(replica_of(source({REPLICATE_TO: "a"}), "a"))
+    replica(world, source({REPLICATE_TO: "a"}), "a")
     r, kube, metrics = deleter(mocker, world)
-    kube.request.side_effect = ApiError(409, "Conflict", "the object has been modified",
-                                        "delete", "/api/v1/namespaces/a/configmaps/cfg")
+    kube.objects["a/cfg"]["metadata"]["resourceVersion"] = "25"  # edited since it was cached
     with pytest.raises(RetryableError, match="delete ConfigMap a/cfg"):
         r.reconcile(TARGET)
     assert not deletes(metrics)
+    assert "a/cfg" in kube.objects
 
 
 def test_a_failed_delete_of_an_orphan_is_an_error_with_no_source_to_tell(
         mocker: MockerFixture) -> None:
     world = World(ns("a"))
-    world.put(replica_of(source({REPLICATE_TO: "a"}), "a"))
+    replica(world, source({REPLICATE_TO: "a"}), "a")
     r, kube, _ = deleter(mocker, world)
-    kube.request.side_effect = ApiError(403, "Forbidden", "denied by policy", "delete",
-                                        "/api/v1/namespaces/a/configmaps/cfg")
+    kube.failures.append(ApiError(403, "Forbidden", "denied by policy", "delete",
+                                  "/api/v1/namespaces/a/configmaps/cfg"))
     with pytest.raises(TerminalError, match="delete ConfigMap a/cfg forbidden: denied by policy"):
         r.reconcile(TARGET)
