@@ -86,9 +86,9 @@ def stored(body: dict[str, Any], version: int) -> dict[str, Any]:
 
 def arm(namespaces: int, profile: bool) -> dict[str, Any]:
     """One measurement in this process, with whatever configmirror is first on the path."""
-    import configmirror
     from kubernetes import client as k8s_client
 
+    import configmirror
     from configmirror import transport
     from configmirror.kube import Kube
     from configmirror.manager import Manager
