@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from configmirror.events import EventRecorder
-from configmirror.metrics import Metrics
+from configmirror.metrics import Metrics, Observer
 from configmirror.reconcile import ReconcileError, Result, RetryableError, TerminalError
 from configmirror.workqueue import WorkQueue
 
@@ -59,7 +59,7 @@ class Controller(Generic[K]):
         self._metrics.active_workers.labels(name).set_function(queue.in_flight)
         # The labelled series every reconcile touches, looked up once (labels() costs more
         # than the increment) and present from the start, as controller-runtime has them.
-        self._reconcile_time = self._metrics.reconcile_time.labels(name)
+        self._reconcile_time = Observer(self._metrics.reconcile_time.labels(name))
         self._outcomes = {result: self._metrics.reconcile_total.labels(name, result)
                           for result in ("success", "error", "requeue_after")}
         # The failure counters too, so an alert's increase() sees their first step from 0.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -224,6 +225,22 @@ class Metrics:
         return PrometheusQueueMetrics(self, name)
 
 
+class Observer:
+    """`observe` for one series of a Histogram (a `labels()` child), its bucket found by
+    bisection: prometheus_client compares the value with each bound in turn, a dozen steps
+    for controller-runtime's queue buckets, three times per write. The same counts, sum and
+    exposition (tests/unit/test_workqueue_metrics.py compares the two)."""
+
+    def __init__(self, series: Any) -> None:
+        self._bounds = list(series._upper_bounds)  # ascending, +Inf last
+        self._buckets = series._buckets
+        self._sum = series._sum
+
+    def observe(self, amount: float) -> None:
+        self._sum.inc(amount)
+        self._buckets[bisect_left(self._bounds, amount)].inc(1)
+
+
 class PrometheusQueueMetrics:
     """configmirror.workqueue.QueueMetrics backed by Prometheus, labelled by queue name."""
 
@@ -232,8 +249,8 @@ class PrometheusQueueMetrics:
         self._name = name
         self._depth = metrics.queue_depth.labels(name)
         self._adds = metrics.queue_adds.labels(name)
-        self._latency = metrics.queue_latency.labels(name)
-        self._work = metrics.queue_work_duration.labels(name)
+        self._latency = Observer(metrics.queue_latency.labels(name))
+        self._work = Observer(metrics.queue_work_duration.labels(name))
         self._retries = metrics.queue_retries.labels(name)
 
     def added(self) -> None:
