@@ -423,6 +423,7 @@ class _Connection:
 
 _WANTED = frozenset((b"connection", b"content-length", b"transfer-encoding", b"retry-after"))
 _WANTED_LENGTHS = frozenset(map(len, _WANTED))
+_BLANKS = b" \t"
 _STATUS_LINE = re.compile(rb"HTTP/([0-9]\.[0-9]) ([0-9]{3})(?: (.*))?", re.DOTALL)
 _BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a head (or trailer): lines end in LF or CRLF
 _FIELD_VALUE = re.compile(rb"[^\x00\s]+(?:[ \t]+[^\x00\s]+)*|")  # RFC 9110 5.5, as h11 reads it
@@ -471,12 +472,12 @@ def _fields(lines: list[bytes]) -> tuple[int | None, bool, bool, str | None]:
     if lines and min(lines)[:1] <= b" " and any(line[:1] in (b" ", b"\t") for line in lines):
         lines = _unfolded(lines)
     for line in lines:
-        name, colon, value = line.partition(b":")
-        if not colon or name[-1:] in (b"", b" ", b"\t"):
+        colon = line.find(b":")
+        if colon <= 0 or line[colon - 1] in _BLANKS:  # no name, or a blank before the colon
             raise http.client.HTTPException(f"not a header field: {line[:100]!r}")
-        if len(name) not in _WANTED_LENGTHS:  # most fields: not one read here
+        if colon not in _WANTED_LENGTHS:  # most fields: not one read here (nothing copied)
             continue
-        name = name.lower()
+        name, value = line[:colon].lower(), line[colon + 1:]
         if name not in _WANTED:
             continue
         value = value.strip(b" \t")
