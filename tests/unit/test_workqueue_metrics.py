@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from configmirror.clock import FakeClock
-from configmirror.metrics import Metrics, Observer
+from configmirror.metrics import Count, Metrics, Observer
 from configmirror.workqueue import WorkQueue
 
 
@@ -76,3 +76,22 @@ def _histograms(metrics: Metrics) -> list[tuple[str, dict[str, str], float]]:
     """Every histogram sample but the series' creation time."""
     return [(s.name, s.labels, s.value) for m in metrics.registry.collect()
             if m.type == "histogram" for s in m.samples if not s.name.endswith("_created")]
+
+
+def test_count_counts_as_the_counter_does() -> None:
+    """A Count's increments are the series' own: the same value, exposed the same way."""
+    theirs, ours = Metrics(), Metrics()
+    count = Count(ours.replica_writes.labels("created", "configmaps"))
+    for _ in range(3):
+        theirs.replica_writes.labels("created", "configmaps").inc()
+        count.inc()
+    assert ours.child(ours.replica_writes, "created", "configmaps") is not None
+    labels = {"action": "created", "resource": "configmaps"}
+    value = ours.registry.get_sample_value("configmirror_replica_writes_total", labels)
+    assert value == theirs.registry.get_sample_value("configmirror_replica_writes_total",
+                                                     labels) == 3
+
+
+def test_count_refuses_a_counter_with_labels_unset() -> None:
+    with pytest.raises(ValueError):
+        Count(Metrics().replica_writes)
