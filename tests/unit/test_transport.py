@@ -112,6 +112,9 @@ def answer(raw: bytes, method: str = "GET", delivery: str = "socket",
      b"1\r\nx\r\n0\r\n\r\n", b"x", True),                                # chunked wins
     (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n", b"", True),  # 204: no body
     (b"HTTP/1.1 304 Not Modified\r\n\r\n", b"", True),
+    (b"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n", b"", True),         # no reason phrase
+    (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 19 + b"2\r\n\r\n{}", b"{}",
+     True),                                                              # 20 digits: h11's most
 ])
 @pytest.mark.parametrize("delivery", DELIVERIES)
 def test_an_answer_is_framed_as_http_1_1_says(raw: bytes, body: bytes, reusable: bool,
@@ -171,6 +174,8 @@ def test_a_large_body_arrives_whole() -> None:
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
     b"HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n",  # checked without a body too
     b"HTTP/1.1 099 Low\r\n\r\n",                                 # no status below 100
+    b"HTTP/1.1 099 Low\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",  # not a 1xx
+    b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 20 + b"2\r\n\r\n{}",  # 21 digits
     b"HTTP/1.1 101 Switching Protocols\r\n\r\n",                 # no upgrade was asked
     b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",       # a blank line first
 ])
@@ -178,6 +183,13 @@ def test_a_large_body_arrives_whole() -> None:
 def test_a_broken_answer_is_an_http_error(raw: bytes, delivery: str) -> None:
     with pytest.raises(http.client.HTTPException):
         answer(raw, delivery=delivery)
+
+
+def test_a_bad_status_line_is_named_in_the_error_cut_to_100_bytes() -> None:
+    line = b"HTTP/1.1 2000 " + b"x" * 200
+    with pytest.raises(http.client.BadStatusLine) as caught:
+        answer(line + b"\r\nContent-Length: 0\r\n\r\n", delivery="whole")
+    assert str(caught.value) == repr(line[:100])
 
 
 @pytest.mark.parametrize("raw", [
