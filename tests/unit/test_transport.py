@@ -113,6 +113,8 @@ def answer(raw: bytes, method: str = "GET", delivery: str = "socket",
     (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n", b"", True),  # 204: no body
     (b"HTTP/1.1 304 Not Modified\r\n\r\n", b"", True),
     (b"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n", b"", True),         # no reason phrase
+    (b"HTTP/1.1 200 OK\r\nX: 1\r\nContent-Length: 1\r\n\r\nx", b"x", True),  # a 1-byte name
+    (b"HTTP/1.1 200 OK\r\nX-A: 1\r\n\tfolded: x\r\nContent-Length: 1\r\n\r\nx", b"x", True),
     (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 19 + b"2\r\n\r\n{}", b"{}",
      True),                                                              # 20 digits: h11's most
 ])
@@ -177,6 +179,8 @@ def test_a_large_body_arrives_whole() -> None:
     b"HTTP/1.1 099 Low\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",  # not a 1xx
     b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 20 + b"2\r\n\r\n{}",  # 21 digits
     b"HTTP/1.1 101 Switching Protocols\r\n\r\n",                 # no upgrade was asked
+    b"HTTP/1.1 101 Switching Protocols\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",  # nor a 1xx
+    b"HTTP/1.1 200 OK\r\n: no name\r\nContent-Length: 0\r\n\r\n",
     b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",       # a blank line first
 ])
 @pytest.mark.parametrize("delivery", DELIVERIES)
@@ -190,6 +194,13 @@ def test_a_bad_status_line_is_named_in_the_error_cut_to_100_bytes() -> None:
     with pytest.raises(http.client.BadStatusLine) as caught:
         answer(line + b"\r\nContent-Length: 0\r\n\r\n", delivery="whole")
     assert str(caught.value) == repr(line[:100])
+
+
+def test_a_line_that_is_no_header_field_is_named_in_the_error_cut_to_100_bytes() -> None:
+    line = b"X" * 200
+    with pytest.raises(http.client.HTTPException) as caught:
+        answer(b"HTTP/1.1 200 OK\r\n" + line + b"\r\n\r\n", delivery="whole")
+    assert str(caught.value) == f"not a header field: {line[:100]!r}"
 
 
 @pytest.mark.parametrize("raw", [
