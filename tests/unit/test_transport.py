@@ -114,6 +114,7 @@ def answer(raw: bytes, method: str = "GET", delivery: str = "socket",
     (b"HTTP/1.1 304 Not Modified\r\n\r\n", b"", True),
     (b"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n", b"", True),         # no reason phrase
     (b"HTTP/1.1 200 OK\r\nX: 1\r\nContent-Length: 1\r\n\r\nx", b"x", True),  # a 1-byte name
+    (b"HTTP/1.1 200 OK\r\nContent-Length:1\r\n\r\nx", b"x", True),       # no blank after ":"
     (b"HTTP/1.1 200 OK\r\nX-A: 1\r\n\tfolded: x\r\nContent-Length: 1\r\n\r\nx", b"x", True),
     (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 19 + b"2\r\n\r\n{}", b"{}",
      True),                                                              # 20 digits: h11's most
@@ -181,12 +182,21 @@ def test_a_large_body_arrives_whole() -> None:
     b"HTTP/1.1 101 Switching Protocols\r\n\r\n",                 # no upgrade was asked
     b"HTTP/1.1 101 Switching Protocols\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",  # nor a 1xx
     b"HTTP/1.1 200 OK\r\n: no name\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nConnection: keep\x00alive\r\nContent-Length: 0\r\n\r\n",  # a NUL
     b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",       # a blank line first
 ])
 @pytest.mark.parametrize("delivery", DELIVERIES)
 def test_a_broken_answer_is_an_http_error(raw: bytes, delivery: str) -> None:
     with pytest.raises(http.client.HTTPException):
         answer(raw, delivery=delivery)
+
+
+def test_a_field_named_as_long_as_a_read_one_is_skipped_all_the_same() -> None:
+    # Names as long as Retry-After, Content-Length, Transfer-Encoding and Connection.
+    response, _, _ = answer(b"HTTP/1.1 503 Busy\r\nX-Requested: 7\r\nContent-Length: 0\r\n"
+                            b"X-Transfer-Enc: 1\r\nX-Content-Lengths: 2\r\nX-Connects: 3\r\n"
+                            b"\r\n", delivery="whole")
+    assert (response.status, response.retry_after, response.data) == (503, None, b"")
 
 
 def test_a_bad_status_line_is_named_in_the_error_cut_to_100_bytes() -> None:
