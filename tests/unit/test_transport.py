@@ -206,6 +206,18 @@ def test_a_bad_status_line_is_named_in_the_error_cut_to_100_bytes() -> None:
     assert str(caught.value) == repr(line[:100])
 
 
+@pytest.mark.parametrize(("field", "fault"), [
+    (b"Transfer-Encoding", "unsupported Transfer-Encoding"),
+    (b"Content-Length", "not a Content-Length"),
+])
+def test_a_bad_framing_value_is_named_in_the_error_cut_to_40_bytes(field: bytes,
+                                                                    fault: str) -> None:
+    value = b"gzip" + b"9" * 60
+    with pytest.raises(http.client.HTTPException) as caught:
+        answer(b"HTTP/1.1 200 OK\r\n" + field + b": " + value + b"\r\n\r\n", delivery="whole")
+    assert str(caught.value) == f"{fault}: {value[:40]!r}"
+
+
 def test_a_line_that_is_no_header_field_is_named_in_the_error_cut_to_100_bytes() -> None:
     line = b"X" * 200
     with pytest.raises(http.client.HTTPException) as caught:
