@@ -170,6 +170,7 @@ def test_a_large_body_arrives_whole() -> None:
     b"HTTP/1.1 200 OK\r\nContent-Length: 1_0\r\n\r\n{}",
     b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\n{}",     # two lengths
     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 2\r\n\r\n{}",  # the last fits
     b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\n{}",       # a blank before the colon
     b"HTTP/1.1 200 OK\r\nno colon\r\nContent-Length: 2\r\n\r\n{}",
     b"HTTP/1.1 200 OK\r\n folded first\r\nContent-Length: 2\r\n\r\n{}",
@@ -197,6 +198,15 @@ def test_a_field_named_as_long_as_a_read_one_is_skipped_all_the_same() -> None:
                             b"X-Transfer-Enc: 1\r\nX-Content-Lengths: 2\r\nX-Connects: 3\r\n"
                             b"\r\n", delivery="whole")
     assert (response.status, response.retry_after, response.data) == (503, None, b"")
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+def test_a_chunked_answer_without_a_trailer_leaves_the_next_answer_whole(
+        delivery: str) -> None:
+    following = b"HTTP/1.1 200 OK\r\n"
+    _, _, rest = answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b"1\r\nx\r\n0\r\n\r\n" + following, delivery=delivery)
+    assert rest == following
 
 
 def test_a_bad_status_line_is_named_in_the_error_cut_to_100_bytes() -> None:
