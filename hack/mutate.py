@@ -294,6 +294,13 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("kube.py", "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 1):",
      "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 2):"):
         "the loop raises at attempt RETRY_AFTER_ATTEMPTS, before a fourth could begin",
+    ("transport.py",
+     'if lines and min(lines)[:1] <= b" " and any(line[:1] in (b" ", b"\\t") for line in lines):',
+     "if lines and min(lines)[:1] <= b\" \" and any((line[:1] not in (b' ', b'\\t')) for line in "
+     "lines):"):
+        "the two tests before _unfolded only spare its call: on lines none of which is folded "
+        "it returns them as they are, and a first line that starts with a blank is refused "
+        "either way",
     ("transport.py", "self._ended = True", "self._ended = False"):
         "a body framed by its length, all read: the next read finds nothing left and returns "
         "b'' whether or not it is marked ended",
