@@ -209,6 +209,14 @@ def test_a_chunked_answer_without_a_trailer_leaves_the_next_answer_whole(
     assert rest == following
 
 
+def test_a_first_line_one_byte_past_the_limit_is_refused_before_it_ends() -> None:
+    """MAX_LINE bytes of an unended line are waited on; one more is refused as too long."""
+    with pytest.raises(http.client.IncompleteRead):
+        _Reader(Pieces(b"H" * MAX_LINE)).head()  # type: ignore[arg-type]
+    with pytest.raises(http.client.LineTooLong):
+        _Reader(Pieces(b"H" * (MAX_LINE + 1))).head()  # type: ignore[arg-type]
+
+
 def test_a_bad_status_line_is_named_in_the_error_cut_to_100_bytes() -> None:
     line = b"HTTP/1.1 2000 " + b"x" * 200
     with pytest.raises(http.client.BadStatusLine) as caught:
