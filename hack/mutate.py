@@ -159,6 +159,12 @@ _INCLUSTER = (
 _BY_LENGTH = (
     "a field's name is compared with the four read here right after: skipping the others by "
     "length first spares lowering and copying them, and changes nothing read")
+_RESUME = "end = _BLANK_LINE.search(buf, pos + max(scanned - 2, 0))"
+_SCAN = (
+    "where lines() resumes its search for the blank line: one byte earlier or later than the "
+    "bytes searched already finds the same first match (a match cannot start at _pos, which "
+    "the line before checks, and fill() compacts the buffer, so _pos is 0 once it has "
+    "waited), and a line break at index 0 is that same case")
 ACCEPTED: dict[tuple[str, str, str], str] = {
     ("policy.py", "REQUEST_TIMEOUT = 5.0", "REQUEST_TIMEOUT = 10.0"):
         "how long one request of the publisher may take: the tests' server answers at once, "
@@ -307,6 +313,13 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("transport.py", "if colon not in _WANTED_LENGTHS: # most fields: not one read here "
      "(nothing copied)", "if False: # most fields: not one read here (nothing copied)"):
         _BY_LENGTH,
+    ("transport.py", "scanned = 0 # bytes after _pos searched for the blank line (and counted)",
+     "scanned = 1 # bytes after _pos searched for the blank line (and counted)"): _SCAN,
+    ("transport.py", _RESUME, "end = _BLANK_LINE.search(buf, (pos - max(scanned - 2, 0)))"): _SCAN,
+    ("transport.py", _RESUME, "end = _BLANK_LINE.search(buf, pos + max(scanned - 2, 1))"): _SCAN,
+    ("transport.py", _RESUME, "end = _BLANK_LINE.search(buf, pos + max(scanned - 3, 0))"): _SCAN,
+    ("transport.py", "if last >= 0:", "if (last > 0):"): _SCAN,
+    ("transport.py", "if last >= 0:", "if last >= 1:"): _SCAN,
     ("transport.py", "self._ended = True", "self._ended = False"):
         "a body framed by its length, all read: the next read finds nothing left and returns "
         "b'' whether or not it is marked ended",

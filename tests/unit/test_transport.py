@@ -217,6 +217,16 @@ def test_a_first_line_one_byte_past_the_limit_is_refused_before_it_ends() -> Non
         _Reader(Pieces(b"H" * (MAX_LINE + 1))).head()  # type: ignore[arg-type]
 
 
+def test_a_head_longer_than_a_line_may_be_is_read_when_each_line_is_within_it() -> None:
+    """The line limit counts from the last line break: a head of 99 fields of 700 bytes,
+    longer than MAX_LINE in all, arriving in receives of 64 KiB, is read."""
+    fields = b"".join(b"X-Pad-%02d: %s\r\n" % (i, b"a" * 690) for i in range(99))
+    raw = b"HTTP/1.1 200 OK\r\n" + fields + b"Content-Length: 1\r\n\r\nx"
+    assert len(raw) > MAX_LINE
+    response, _, _ = answer(raw, delivery="whole")
+    assert response.data == b"x"
+
+
 def test_a_bad_status_line_is_named_in_the_error_cut_to_100_bytes() -> None:
     line = b"HTTP/1.1 2000 " + b"x" * 200
     with pytest.raises(http.client.BadStatusLine) as caught:
