@@ -1,8 +1,13 @@
 """Convergence: S sources x N namespaces, configmirror against two baselines on one server.
 
     python bench/bench_convergence.py [--sources 200] [--namespaces 50] [--workers 32]
+    python bench/bench_convergence.py --shape 20x5000        # 100,000 replicas
+    python bench/bench_convergence.py --shape 1000x10        # with --edits 1000 by default
 
-The shapes of DESIGN.md section 5: 1 x 5000, 200 x 50, 20 x 500 (flags). Baselines, in the
+The shapes of DESIGN.md section 5: 1 x 5000, 200 x 50, 20 x 500, 20 x 5000 (flags, or
+`--shape SxN`), and 1000 x 10, the shape other replicators publish: there, once in sync, the
+operator's RSS and each of `--edits` sources edited in turn (the next once the last reached
+every replica), with the p50/p99 of edit -> its last replica written. Baselines, in the
 same run on the same server, writing exactly the S*N bodies configmirror writes:
   - the Go client-go writer (bench/gowriter, no client-side rate limit) with as many
     goroutines as the operator has workers, and with 32 (its best here: the server's limit);
@@ -21,6 +26,8 @@ prints its writes (goal: 0) and reads (goal: one LIST per informer). The operato
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 
 from harness import (
@@ -41,13 +48,27 @@ from harness import (
 )
 
 SOURCE_NS = "configmirror-bench-sources"
+# The shapes the docs report (sources, namespaces).
+SHAPES = {"1x5000": (1, 5000), "200x50": (200, 50), "20x500": (20, 500),
+          "20x5000": (20, 5000), "1000x10": (1000, 10)}
 
 
 def main() -> None:
     parser = common_args(__doc__.splitlines()[0])
     parser.add_argument("--sources", type=int, default=200)
     parser.add_argument("--namespaces", type=int, default=50)
+    parser.add_argument("--shape", choices=sorted(SHAPES),
+                        help="a named shape: sets --sources and --namespaces")
+    parser.add_argument("--edits", type=int, default=None,
+                        help="once in sync, edit this many sources one after another and "
+                        "report edit -> last replica (p50/p99) and RSS (default: 1000 for "
+                        "the 1000x10 shape, else none)")
     args = parser.parse_args()
+    if args.shape is not None:
+        args.sources, args.namespaces = SHAPES[args.shape]
+    if args.edits is None:
+        args.edits = 1000 if args.shape == "1000x10" else 0
+    args.edits = min(args.edits, args.sources)
     total = args.sources * args.namespaces
     shape = f"{args.sources}x{args.namespaces}"
     load_before = load_average()
@@ -76,6 +97,10 @@ def main() -> None:
         requests = cluster.audit("configmirror/")
         audited = writes(requests)
         curve = watcher.curve(since)
+        rss_in_sync = operator.rss_bytes()
+        latencies = edit_latencies(session, source_ns, args.edits, args.namespaces)
+        if latencies:
+            session.idle(operator, 300)
 
         # 3. Restart with nothing changed: zero writes, one LIST per informer.
         assert operator.stop() == 0
@@ -102,6 +127,14 @@ def main() -> None:
         print(*ratio_lines(ours, baselines), sep="\n")
         print(f"  configmirror writes: {own_writes:.0f} by its counter, {audited} by the "
               f"apiserver's audit log (goal: exactly {total})")
+        print(f"  RSS in sync: {rss_in_sync / 2**20:.0f} MiB")
+        if latencies:
+            ordered = sorted(latencies)
+            p50 = statistics.median(ordered)
+            p99 = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]  # nearest rank
+            print(f"  {len(ordered)} sources edited one after another, edit -> its last of "
+                  f"{args.namespaces} replicas written: p50 {p50 * 1000:.0f} ms, p99 "
+                  f"{p99 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms")
         print(f"  restart, nothing changed: {restart_writes:.0f} writes "
               f"(audit: {writes(after)}) (goal: 0)")
         lists = {res: n for (verb, res), n in (after or {}).items() if verb == "list"}
@@ -116,9 +149,26 @@ def main() -> None:
             "writes": own_writes, "audited_writes": audited,
             "configmirror_requests": sum((requests or {}).values()),
             "restart_writes": restart_writes, "restart_relists": relists,
+            "rss_in_sync": rss_in_sync, "edit_latencies": latencies,
             "restart_list_requests": lists,
             "configmirror_curve": curve[::max(1, len(curve) // 400)],
             "machine": machine()})
+
+
+def edit_latencies(session: Session, namespace: str, edits: int, replicas: int) -> list[float]:
+    """Seconds from each edit of a source to its last replica holding it: sources src-0000..,
+    one after another, each edited once the one before reached all its `replicas`."""
+    latencies = []
+    for i in range(edits):
+        version = f"edit-{i}"
+        edited = time.monotonic()
+        session.cluster.kube.request(
+            "patch", f"/api/v1/namespaces/{namespace}/configmaps/src-{i:04d}",
+            body={"data": {"v": version}}, content_type="application/merge-patch+json")
+        wait(lambda version=version: session.watcher.holding[version] >= replicas, 120,
+             f"edit {i} to reach every replica", interval=0.005)
+        latencies.append(session.watcher.last_reached[version] - edited)
+    return latencies
 
 
 if __name__ == "__main__":

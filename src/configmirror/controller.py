@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from configmirror.events import EventRecorder
-from configmirror.metrics import Metrics
+from configmirror.metrics import Count, Metrics, Observer
 from configmirror.reconcile import ReconcileError, Result, RetryableError, TerminalError
 from configmirror.workqueue import WorkQueue
 
@@ -59,14 +59,14 @@ class Controller(Generic[K]):
         self._metrics.active_workers.labels(name).set_function(queue.in_flight)
         # The labelled series every reconcile touches, looked up once (labels() costs more
         # than the increment) and present from the start, as controller-runtime has them.
-        self._reconcile_time = self._metrics.reconcile_time.labels(name)
-        self._outcomes = {result: self._metrics.reconcile_total.labels(name, result)
+        self._reconcile_time = Observer(self._metrics.reconcile_time.labels(name))
+        self._outcomes = {result: Count(self._metrics.reconcile_total.labels(name, result))
                           for result in ("success", "error", "requeue_after")}
         # The failure counters too, so an alert's increase() sees their first step from 0.
         for counter in (self._metrics.reconcile_errors, self._metrics.reconcile_panics,
                         self._metrics.terminal_errors, self._metrics.given_up):
             counter.labels(name)
-        self._changes = {str(i): self._metrics.worker_changes.labels(name, str(i))
+        self._changes = {str(i): Count(self._metrics.worker_changes.labels(name, str(i)))
                          for i in range(workers)}
 
     def start(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -197,13 +198,14 @@ class Metrics:
             "out --delete-grace", registry=r)
 
     def child(self, metric: Any, *labels: str) -> Any:
-        """`metric.labels(*labels)`, looked up once per label set. labels() takes a lock and
-        builds its key on every call, which costs more than the increment it serves on a
-        per-write path. The series still appears on its first use, as with labels()."""
+        """`metric.labels(*labels)` of a Counter, looked up once per label set, as a `Count`.
+        labels() takes a lock and builds its key on every call, which costs more than the
+        increment it serves on a per-write path. The series still appears on its first use,
+        as with labels()."""
         key = (id(metric), labels)
         found = self._children.get(key)
         if found is None:
-            found = self._children.setdefault(key, metric.labels(*labels))
+            found = self._children.setdefault(key, Count(metric.labels(*labels)))
         return found
 
     def count_requests(self, counts: Callable[[], dict[tuple[str, str, int], int]]) -> None:
@@ -224,6 +226,38 @@ class Metrics:
         return PrometheusQueueMetrics(self, name)
 
 
+class Observer:
+    """`observe` for one series of a Histogram (a `labels()` child), its bucket found by
+    bisection: prometheus_client compares the value with each bound in turn, a dozen steps
+    for controller-runtime's queue buckets, three times per write. The same counts, sum and
+    exposition (tests/unit/test_workqueue_metrics.py compares the two)."""
+
+    def __init__(self, series: Any) -> None:
+        self._bounds = list(series._upper_bounds)  # ascending, +Inf last
+        self._buckets = series._buckets
+        self._sum = series._sum
+
+    def observe(self, amount: float) -> None:
+        self._sum.inc(amount)
+        self._buckets[bisect_left(self._bounds, amount)].inc(1)
+
+
+class Count:
+    """`inc` for one series of a Counter (a `labels()` child), by one: prometheus_client
+    checks on every increment that the series is observable, the amount not negative and
+    whether an exemplar came, all settled once here. The same value and exposition
+    (tests/unit/test_workqueue_metrics.py)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, series: Any) -> None:
+        series.inc(0)  # its checks, once (a parent with labels is refused here)
+        self._value = series._value
+
+    def inc(self) -> None:
+        self._value.inc(1)
+
+
 class PrometheusQueueMetrics:
     """configmirror.workqueue.QueueMetrics backed by Prometheus, labelled by queue name."""
 
@@ -231,9 +265,9 @@ class PrometheusQueueMetrics:
         self._metrics = metrics
         self._name = name
         self._depth = metrics.queue_depth.labels(name)
-        self._adds = metrics.queue_adds.labels(name)
-        self._latency = metrics.queue_latency.labels(name)
-        self._work = metrics.queue_work_duration.labels(name)
+        self._adds = Count(metrics.queue_adds.labels(name))
+        self._latency = Observer(metrics.queue_latency.labels(name))
+        self._work = Observer(metrics.queue_work_duration.labels(name))
         self._retries = metrics.queue_retries.labels(name)
 
     def added(self) -> None:

@@ -349,7 +349,7 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind) -> Ca
     is_replica = labels.get(REPLICA_LABEL) == "true" and \
         annotations.get(REPLICA_OF, "").partition("/")[2] == name != ""
     compiled = None
-    if any(a in annotations for a in SOURCE_ANNOTATIONS):
+    if not annotations.keys().isdisjoint(SOURCE_ANNOTATIONS):  # one C call, no generator
         compiled = compile_source(f"{namespace}/{name}", labels, annotations, raw, rules, kind)
     digest, entries, admitted = replica_form(raw, kind) if is_replica else ("", None, NONE)
     return CachedObject(

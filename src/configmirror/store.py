@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 IndexFunc = Callable[[T], Iterable[str]]
+_NONE: frozenset[str] = frozenset()
 
 
 class Store(Generic[T]):
@@ -98,8 +99,10 @@ class Store(Generic[T]):
     def _reindex(self, key: str, old: T | None, new: T | None) -> None:
         for name, func in self._indexers.items():
             index = self._indexes[name]
-            old_values = set(func(old)) if old is not None else set()
-            new_values = set(func(new)) if new is not None else set()
+            old_values = set(func(old)) if old is not None else _NONE
+            new_values = set(func(new)) if new is not None else _NONE
+            if old_values == new_values:  # the common update: the same index values
+                continue
             for value in old_values - new_values:
                 keys = index[value]
                 keys.discard(key)

@@ -317,9 +317,11 @@ class Connections:
         lines += [f"{name}: {value}" for name, value in headers.items()]
         if data is not None:
             lines.append(f"Content-Length: {len(data)}")
-        if any("\n" in line or "\r" in line for line in lines):  # no header smuggled in
+        text = "\r\n".join(lines)
+        # No header smuggled in: the only line breaks are those joining the lines.
+        if text.count("\n") != len(lines) - 1 or text.count("\r") != len(lines) - 1:
             raise ValueError(f"{method} {target}: a line break in the request head")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return (text + "\r\n\r\n").encode("latin-1")
 
     def _take(self, timeout: float) -> _Connection:
         while True:
@@ -420,6 +422,8 @@ class _Connection:
 # skipped (h11 also checks its name and value characters, which change nothing read here).
 
 _WANTED = frozenset((b"connection", b"content-length", b"transfer-encoding", b"retry-after"))
+_WANTED_LENGTHS = frozenset(map(len, _WANTED))
+_BLANKS = b" \t"
 _STATUS_LINE = re.compile(rb"HTTP/([0-9]\.[0-9]) ([0-9]{3})(?: (.*))?", re.DOTALL)
 _BLANK_LINE = re.compile(rb"\n\r?\n")  # the end of a head (or trailer): lines end in LF or CRLF
 _FIELD_VALUE = re.compile(rb"[^\x00\s]+(?:[ \t]+[^\x00\s]+)*|")  # RFC 9110 5.5, as h11 reads it
@@ -463,13 +467,17 @@ def _fields(lines: list[bytes]) -> tuple[int | None, bool, bool, str | None]:
     length: bytes | None = None
     chunked = close = False
     retry_after: bytes | None = None
-    if any(line[:1] in (b" ", b"\t") for line in lines):
+    # A line that starts with a blank continues the one before; min() finds any line that
+    # starts with a byte up to the blank's in one pass (the common head has none).
+    if lines and min(lines)[:1] <= b" " and any(line[:1] in (b" ", b"\t") for line in lines):
         lines = _unfolded(lines)
     for line in lines:
-        name, colon, value = line.partition(b":")
-        if not colon or name[-1:] in (b"", b" ", b"\t"):
+        colon = line.find(b":")
+        if colon <= 0 or line[colon - 1] in _BLANKS:  # no name, or a blank before the colon
             raise http.client.HTTPException(f"not a header field: {line[:100]!r}")
-        name = name.lower()
+        if colon not in _WANTED_LENGTHS:  # most fields: not one read here (nothing copied)
+            continue
+        name, value = line[:colon].lower(), line[colon + 1:]
         if name not in _WANTED:
             continue
         value = value.strip(b" \t")

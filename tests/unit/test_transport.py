@@ -112,6 +112,12 @@ def answer(raw: bytes, method: str = "GET", delivery: str = "socket",
      b"1\r\nx\r\n0\r\n\r\n", b"x", True),                                # chunked wins
     (b"HTTP/1.1 204 No Content\r\nContent-Length: 9\r\n\r\n", b"", True),  # 204: no body
     (b"HTTP/1.1 304 Not Modified\r\n\r\n", b"", True),
+    (b"HTTP/1.1 200\r\nContent-Length: 0\r\n\r\n", b"", True),         # no reason phrase
+    (b"HTTP/1.1 200 OK\r\nX: 1\r\nContent-Length: 1\r\n\r\nx", b"x", True),  # a 1-byte name
+    (b"HTTP/1.1 200 OK\r\nContent-Length:1\r\n\r\nx", b"x", True),       # no blank after ":"
+    (b"HTTP/1.1 200 OK\r\nX-A: 1\r\n\tfolded: x\r\nContent-Length: 1\r\n\r\nx", b"x", True),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 19 + b"2\r\n\r\n{}", b"{}",
+     True),                                                              # 20 digits: h11's most
 ])
 @pytest.mark.parametrize("delivery", DELIVERIES)
 def test_an_answer_is_framed_as_http_1_1_says(raw: bytes, body: bytes, reusable: bool,
@@ -164,6 +170,7 @@ def test_a_large_body_arrives_whole() -> None:
     b"HTTP/1.1 200 OK\r\nContent-Length: 1_0\r\n\r\n{}",
     b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\n{}",     # two lengths
     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 2\r\n\r\n{}",  # the last fits
     b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\n{}",       # a blank before the colon
     b"HTTP/1.1 200 OK\r\nno colon\r\nContent-Length: 2\r\n\r\n{}",
     b"HTTP/1.1 200 OK\r\n folded first\r\nContent-Length: 2\r\n\r\n{}",
@@ -171,13 +178,79 @@ def test_a_large_body_arrives_whole() -> None:
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
     b"HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n",  # checked without a body too
     b"HTTP/1.1 099 Low\r\n\r\n",                                 # no status below 100
+    b"HTTP/1.1 099 Low\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",  # not a 1xx
+    b"HTTP/1.1 200 OK\r\nContent-Length: " + b"0" * 20 + b"2\r\n\r\n{}",  # 21 digits
     b"HTTP/1.1 101 Switching Protocols\r\n\r\n",                 # no upgrade was asked
+    b"HTTP/1.1 101 Switching Protocols\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",  # nor a 1xx
+    b"HTTP/1.1 200 OK\r\n: no name\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nConnection: keep\x00alive\r\nContent-Length: 0\r\n\r\n",  # a NUL
     b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",       # a blank line first
 ])
 @pytest.mark.parametrize("delivery", DELIVERIES)
 def test_a_broken_answer_is_an_http_error(raw: bytes, delivery: str) -> None:
     with pytest.raises(http.client.HTTPException):
         answer(raw, delivery=delivery)
+
+
+def test_a_field_named_as_long_as_a_read_one_is_skipped_all_the_same() -> None:
+    # Names as long as Retry-After, Content-Length, Transfer-Encoding and Connection.
+    response, _, _ = answer(b"HTTP/1.1 503 Busy\r\nX-Requested: 7\r\nContent-Length: 0\r\n"
+                            b"X-Transfer-Enc: 1\r\nX-Content-Lengths: 2\r\nX-Connects: 3\r\n"
+                            b"\r\n", delivery="whole")
+    assert (response.status, response.retry_after, response.data) == (503, None, b"")
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+def test_a_chunked_answer_without_a_trailer_leaves_the_next_answer_whole(
+        delivery: str) -> None:
+    following = b"HTTP/1.1 200 OK\r\n"
+    _, _, rest = answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b"1\r\nx\r\n0\r\n\r\n" + following, delivery=delivery)
+    assert rest == following
+
+
+def test_a_first_line_one_byte_past_the_limit_is_refused_before_it_ends() -> None:
+    """MAX_LINE bytes of an unended line are waited on; one more is refused as too long."""
+    with pytest.raises(http.client.IncompleteRead):
+        _Reader(Pieces(b"H" * MAX_LINE)).head()  # type: ignore[arg-type]
+    with pytest.raises(http.client.LineTooLong):
+        _Reader(Pieces(b"H" * (MAX_LINE + 1))).head()  # type: ignore[arg-type]
+
+
+def test_a_head_longer_than_a_line_may_be_is_read_when_each_line_is_within_it() -> None:
+    """The line limit counts from the last line break: a head of 99 fields of 700 bytes,
+    longer than MAX_LINE in all, arriving in receives of 64 KiB, is read."""
+    fields = b"".join(b"X-Pad-%02d: %s\r\n" % (i, b"a" * 690) for i in range(99))
+    raw = b"HTTP/1.1 200 OK\r\n" + fields + b"Content-Length: 1\r\n\r\nx"
+    assert len(raw) > MAX_LINE
+    response, _, _ = answer(raw, delivery="whole")
+    assert response.data == b"x"
+
+
+def test_a_bad_status_line_is_named_in_the_error_cut_to_100_bytes() -> None:
+    line = b"HTTP/1.1 2000 " + b"x" * 200
+    with pytest.raises(http.client.BadStatusLine) as caught:
+        answer(line + b"\r\nContent-Length: 0\r\n\r\n", delivery="whole")
+    assert str(caught.value) == repr(line[:100])
+
+
+@pytest.mark.parametrize(("field", "fault"), [
+    (b"Transfer-Encoding", "unsupported Transfer-Encoding"),
+    (b"Content-Length", "not a Content-Length"),
+])
+def test_a_bad_framing_value_is_named_in_the_error_cut_to_40_bytes(field: bytes,
+                                                                    fault: str) -> None:
+    value = b"gzip" + b"9" * 60
+    with pytest.raises(http.client.HTTPException) as caught:
+        answer(b"HTTP/1.1 200 OK\r\n" + field + b": " + value + b"\r\n\r\n", delivery="whole")
+    assert str(caught.value) == f"{fault}: {value[:40]!r}"
+
+
+def test_a_line_that_is_no_header_field_is_named_in_the_error_cut_to_100_bytes() -> None:
+    line = b"X" * 200
+    with pytest.raises(http.client.HTTPException) as caught:
+        answer(b"HTTP/1.1 200 OK\r\n" + line + b"\r\n\r\n", delivery="whole")
+    assert str(caught.value) == f"not a header field: {line[:100]!r}"
 
 
 @pytest.mark.parametrize("raw", [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from configmirror.clock import FakeClock
-from configmirror.metrics import Metrics
+from configmirror.metrics import Count, Metrics, Observer
 from configmirror.workqueue import WorkQueue
 
 
@@ -54,3 +54,44 @@ def test_metrics_of_two_queues_are_labelled_apart() -> None:
     one.add("x")
     assert sample(metrics, "workqueue_depth", {"name": "one"}) == 1
     assert sample(metrics, "workqueue_depth", {"name": "two"}) == 0
+
+
+@pytest.mark.parametrize("amount", [0.0, 1e-8, 3e-8, 1e-3, 0.0999, 0.1, 0.25, 7.0, 999.0,
+                                    1000.0, 1e9])
+def test_observer_counts_as_the_histogram_does(amount: float) -> None:
+    """The bisecting Observer puts a value in the bucket prometheus_client's own observe
+    does, a bound itself included, and adds it to the same sum."""
+    theirs, ours = Metrics(), Metrics()
+    theirs.queue_latency.labels("test").observe(amount)
+    Observer(ours.queue_latency.labels("test")).observe(amount)
+    theirs.reconcile_time.labels("test").observe(amount)
+    Observer(ours.reconcile_time.labels("test")).observe(amount)
+    assert _histograms(ours) == _histograms(theirs)
+    buckets = [s for m in ours.registry.collect() for s in m.samples
+               if s.name == "workqueue_queue_duration_seconds_bucket" and s.value == 1]
+    assert buckets, "the value reached no bucket"
+
+
+def _histograms(metrics: Metrics) -> list[tuple[str, dict[str, str], float]]:
+    """Every histogram sample but the series' creation time."""
+    return [(s.name, s.labels, s.value) for m in metrics.registry.collect()
+            if m.type == "histogram" for s in m.samples if not s.name.endswith("_created")]
+
+
+def test_count_counts_as_the_counter_does() -> None:
+    """A Count's increments are the series' own: the same value, exposed the same way."""
+    theirs, ours = Metrics(), Metrics()
+    count = Count(ours.replica_writes.labels("created", "configmaps"))
+    for _ in range(3):
+        theirs.replica_writes.labels("created", "configmaps").inc()
+        count.inc()
+    assert ours.child(ours.replica_writes, "created", "configmaps") is not None
+    labels = {"action": "created", "resource": "configmaps"}
+    value = ours.registry.get_sample_value("configmirror_replica_writes_total", labels)
+    assert value == theirs.registry.get_sample_value("configmirror_replica_writes_total",
+                                                     labels) == 3
+
+
+def test_count_refuses_a_counter_with_labels_unset() -> None:
+    with pytest.raises(ValueError):
+        Count(Metrics().replica_writes)
