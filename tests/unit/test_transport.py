@@ -217,6 +217,35 @@ def test_a_first_line_one_byte_past_the_limit_is_refused_before_it_ends() -> Non
         _Reader(Pieces(b"H" * (MAX_LINE + 1))).head()  # type: ignore[arg-type]
 
 
+def pieces_of(raw: bytes, size: int) -> Pieces:
+    return Pieces(*(raw[i:i + size] for i in range(0, len(raw), size)))
+
+
+@pytest.mark.parametrize("size", [1 << 20, 4096, 7])
+def test_an_unended_head_is_refused_on_one_header_too_many_before_it_ends(size: int) -> None:
+    """While a head has no blank line yet, its line breaks are counted as they arrive: a
+    status line and MAX_HEADERS fields are waited on (the connection ends inside the head),
+    one field more is refused at once, however the bytes are cut."""
+    fields = b"HTTP/1.1 200 OK\r\n" + b"X-N: 1\r\n" * MAX_HEADERS
+    with pytest.raises(http.client.IncompleteRead):
+        _Reader(pieces_of(fields, size)).head()  # type: ignore[arg-type]
+    with pytest.raises(http.client.HTTPException, match=f"more than {MAX_HEADERS} headers"):
+        _Reader(pieces_of(fields + b"X-N: 1\r\n", size)).head()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("size", [1 << 20, 4096])
+def test_an_unended_field_is_measured_from_its_own_line_break(size: int) -> None:
+    """The line limit of an unended head counts from the last line break, wherever the
+    receives cut it, after an interim answer already read from the same buffer: a field of
+    MAX_LINE bytes is waited on, one byte more is refused as too long."""
+    before = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nX-A: 1\r\n"
+    field = b"X-Long: " + b"a" * (MAX_LINE - 8)
+    with pytest.raises(http.client.IncompleteRead):
+        _Reader(pieces_of(before + field, size)).head()  # type: ignore[arg-type]
+    with pytest.raises(http.client.LineTooLong):
+        _Reader(pieces_of(before + field + b"a", size)).head()  # type: ignore[arg-type]
+
+
 def test_a_head_longer_than_a_line_may_be_is_read_when_each_line_is_within_it() -> None:
     """The line limit counts from the last line break: a head of 99 fields of 700 bytes,
     longer than MAX_LINE in all, arriving in receives of 64 KiB, is read."""
