@@ -167,6 +167,13 @@ _SCAN = (
     "bytes searched already finds the same first match (a match cannot start at _pos, which "
     "the line before checks, and fill() compacts the buffer, so _pos is 0 once it has "
     "waited), and a line break at index 0 is that same case")
+_SHORTCUT = (
+    "the whole block's length only spares measuring its lines when none can be too long: a "
+    "lower threshold measures them more often, and the lines' own limit decides")
+_CRLF_WAIT = (
+    "chunk_end() waiting for one byte past the chunk's CRLF: it is called when the next "
+    "chunk is read, which waits for that chunk's size line anyway, and at the end of the "
+    "connection both raise IncompleteRead")
 ACCEPTED: dict[tuple[str, str, str], str] = {
     ("policy.py", "REQUEST_TIMEOUT = 5.0", "REQUEST_TIMEOUT = 10.0"):
         "how long one request of the publisher may take: the tests' server answers at once, "
@@ -325,6 +332,16 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
     ("transport.py", _RESUME, "end = _BLANK_LINE.search(buf, (pos - max(scanned - 2, 0)))"): _SCAN,
     ("transport.py", _RESUME, "end = _BLANK_LINE.search(buf, pos + max(scanned - 2, 1))"): _SCAN,
     ("transport.py", _RESUME, "end = _BLANK_LINE.search(buf, pos + max(scanned - 3, 0))"): _SCAN,
+    ("transport.py", "if len(block) > MAX_LINE - 2 and max(map(len, lines)) > MAX_LINE - 2:",
+     "if (len(block) >= MAX_LINE - 2) and max(map(len, lines)) > MAX_LINE - 2:"): _SHORTCUT,
+    ("transport.py", "if len(block) > MAX_LINE - 2 and max(map(len, lines)) > MAX_LINE - 2:",
+     "if len(block) > MAX_LINE - 3 and max(map(len, lines)) > MAX_LINE - 2:"): _SHORTCUT,
+    ("transport.py", 'eol = buf.find(b"\\r\\n", pos + max(scanned - 1, 0))',
+     'eol = buf.find(b"\\r\\n", pos + max(scanned - 2, 0))'):
+        "where chunk_size() resumes its search for the CRLF: one byte earlier than the bytes "
+        "searched already finds the same first CRLF (one starting there would have been found)",
+    ("transport.py", "while self.buffered() < 2:", "while (self.buffered() <= 2):"): _CRLF_WAIT,
+    ("transport.py", "while self.buffered() < 2:", "while self.buffered() < 3:"): _CRLF_WAIT,
     ("transport.py", "if last >= 0:", "if (last > 0):"): _SCAN,
     ("transport.py", "if last >= 0:", "if last >= 1:"): _SCAN,
     ("transport.py", "self._ended = True", "self._ended = False"):

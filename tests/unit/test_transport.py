@@ -246,6 +246,46 @@ def test_an_unended_field_is_measured_from_its_own_line_break(size: int) -> None
         _Reader(pieces_of(before + field + b"a", size)).head()  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("delivery", DELIVERIES)
+def test_a_head_of_one_status_line_is_held_to_the_line_limit(delivery: str) -> None:
+    """A head whose only line is its status line is as long as that line: MAX_LINE - 2 bytes
+    (http.client's limit less the line break) are read, one byte more is refused."""
+    def head(length: int) -> bytes:
+        return b"HTTP/1.1 204 " + b"O" * (length - 13) + b"\r\n\r\n"
+
+    assert answer(head(MAX_LINE - 2), delivery=delivery)[0].status == 204
+    with pytest.raises(http.client.LineTooLong):
+        answer(head(MAX_LINE - 1), delivery=delivery)
+
+
+CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def test_an_empty_chunk_size_line_in_a_receive_of_its_own_is_refused_as_it_is() -> None:
+    """The chunk size line begins a receive of its own (the buffer was empty, so the search
+    starts at its first byte): an empty one is named as empty, not read on to the next."""
+    with pytest.raises(http.client.HTTPException) as caught:
+        answer(CHUNKED, pieces=Pieces(CHUNKED, b"\r\n5\r\nhello\r\n0\r\n\r\n"))
+    assert str(caught.value) == "not a chunk size line: b''"
+
+
+def test_an_unended_chunk_size_line_is_refused_one_byte_past_the_limit() -> None:
+    """MAX_LINE bytes of a chunk size line without its CRLF are waited on (the connection
+    ends inside it); one more is refused as too long."""
+    for size, fault in ((MAX_LINE, http.client.IncompleteRead),
+                        (MAX_LINE + 1, http.client.LineTooLong)):
+        with pytest.raises(fault):
+            answer(CHUNKED, pieces=Pieces(CHUNKED, b"5;" + b"x" * (size - 2)))
+
+
+def test_a_chunk_size_of_the_most_digits_is_read_and_one_more_is_refused() -> None:
+    most = b"0" * 19 + b"1"  # _MAX_DIGITS (h11's limit too), leading zeros allowed
+    response, _, _ = answer(CHUNKED + most + b"\r\nx\r\n0\r\n\r\n", delivery="whole")
+    assert response.data == b"x"
+    with pytest.raises(http.client.HTTPException, match="not a chunk size line"):
+        answer(CHUNKED + b"0" + most + b"\r\nx\r\n0\r\n\r\n", delivery="whole")
+
+
 def test_a_head_longer_than_a_line_may_be_is_read_when_each_line_is_within_it() -> None:
     """The line limit counts from the last line break: a head of 99 fields of 700 bytes,
     longer than MAX_LINE in all, arriving in receives of 64 KiB, is read."""
@@ -1115,6 +1155,29 @@ def test_a_stream_cut_short_is_an_http_error(raw: bytes) -> None:
     finally:
         theirs.close()
         ours.close()
+
+
+def test_a_watch_chunk_is_handed_over_without_waiting_for_the_next_one() -> None:
+    """A chunk and its CRLF, then a server with nothing more to say yet (a quiet watch):
+    the chunk is read at once, not held back until a byte of the next chunk arrives."""
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       b'9\r\n{"a": 1}\n\r\n')
+        ours.settimeout(2)
+        conn = _Connection(ours, 2)
+        stream = Stream(conn, "GET", conn.reader.head())
+        assert stream.read(64) == b'{"a": 1}\n'
+    finally:
+        theirs.close()
+        ours.close()
+
+
+def test_a_bad_chunk_size_line_is_named_in_the_error_cut_to_40_bytes() -> None:
+    line = b"zz" + b"9" * 60
+    with pytest.raises(http.client.HTTPException) as caught:
+        answer(CHUNKED + line + b"\r\nx\r\n0\r\n\r\n", delivery="whole")
+    assert str(caught.value) == f"not a chunk size line: {line[:40]!r}"
 
 
 CHUNKED_STREAM = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
