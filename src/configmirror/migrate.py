@@ -18,12 +18,15 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from configmirror.adoption import RF, RF_AUTO_REFLECTS, RF_REFLECTS, RP, RP_FROM
 from configmirror.selector import SelectorError, parse_selector
 from configmirror.spec import (
     COPY_ANNOTATIONS,
+    KUBERNETES_REPLICATOR,
     PULL,
     PULL_ALLOWED,
     PULL_ALLOWED_MATCHING,
+    REFLECTOR,
     REPLICATE_TO,
     REPLICATE_TO_MATCHING,
     InvalidSpec,
@@ -32,25 +35,20 @@ from configmirror.spec import (
     parse_patterns,
 )
 
-REFLECTOR = "reflector"
-REPLICATOR = "kubernetes-replicator"
+REPLICATOR = KUBERNETES_REPLICATOR
 TOOLS = (REFLECTOR, REPLICATOR)
 
-# kubernetes-reflector: src/ES.Kubernetes.Reflector/Mirroring/Core/Annotations.cs
-RF = "reflector.v1.k8s.emberstack.com/"
+# kubernetes-reflector: src/ES.Kubernetes.Reflector/Mirroring/Core/Annotations.cs (the
+# prefix and the mirrors' marks are adoption's)
 RF_ALLOWED = RF + "reflection-allowed"
 RF_ALLOWED_NAMESPACES = RF + "reflection-allowed-namespaces"
 RF_ALLOWED_SELECTOR = RF + "reflection-allowed-namespaces-selector"
 RF_AUTO = RF + "reflection-auto-enabled"
 RF_AUTO_NAMESPACES = RF + "reflection-auto-namespaces"
 RF_AUTO_SELECTOR = RF + "reflection-auto-namespaces-selector"
-RF_REFLECTS = RF + "reflects"
-RF_AUTO_REFLECTS = RF + "auto-reflects"
 # kubernetes-replicator: replicate/common/consts.go
-RP = "replicator.v1.mittwald.de/"
 RP_TO = RP + "replicate-to"
 RP_TO_MATCHING = RP + "replicate-to-matching"
-RP_FROM = RP + "replicate-from"
 RP_ALLOWED = RP + "replication-allowed"
 RP_ALLOWED_NAMESPACES = RP + "replication-allowed-namespaces"
 PREFIXES = {REFLECTOR: RF, REPLICATOR: RP}

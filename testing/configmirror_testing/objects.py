@@ -9,7 +9,7 @@ import yaml
 from kubernetes import client
 
 from configmirror.model import DEFAULT_RULES, CachedObject, object_from_json
-from configmirror.vocabulary import Kind
+from configmirror.vocabulary import CONFIGMAP, Kind
 
 
 def configmap(name: str, annotations: dict[str, str] | None = None,
@@ -17,15 +17,9 @@ def configmap(name: str, annotations: dict[str, str] | None = None,
               namespace: str | None = None, **fields: Any) -> dict[str, Any]:
     """A ConfigMap body; `data` defaults to {"greeting": "hello"}; `fields` go to the top
     level (binaryData=..., immutable=True)."""
-    metadata: dict[str, Any] = {"name": name}
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    if annotations:
-        metadata["annotations"] = annotations
-    if labels:
-        metadata["labels"] = labels
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
-            "data": data if data is not None else {"greeting": "hello"}, **fields}
+    return of_kind(CONFIGMAP, name,
+                   {"data": data if data is not None else {"greeting": "hello"}, **fields},
+                   annotations, labels, namespace)
 
 
 def of_kind(kind: Kind, name: str, fields: dict[str, Any],
