@@ -9,16 +9,20 @@ binds its own), and the namespace its pod would get from the downward API.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 
 from configmirror.spec import REPLICATE_TO
-from configmirror_testing.cluster import Cluster, Namespaces
+from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, configmap, events, read, wait_replica
 from configmirror_testing.wait import wait_for
 
@@ -166,3 +170,28 @@ def check_status_follows_policy(cluster: Cluster, operators: Operators, namespac
     assert read(cluster, home, f"{lease}-policy") is None, "the policy outlived its operator"
     done = status(cluster, f"{unlabelled}/cfg")
     assert done.stderr.startswith("configmirror: no running operator found"), done.stderr
+
+
+@contextlib.contextmanager
+def deploy_with_components(cluster: Cluster, folder: Path, components: list[str],
+                           leftovers: list[Path]) -> Iterator[Path]:
+    """deploy/ with these components (folders under deploy/components) applied for real in an
+    overlay under `folder`; yields a kubeconfig holding only a token of its ServiceAccount.
+    After: deploy/ is applied again as it is (its own objects stay: test_deploy shares them,
+    and their flags with them), and the components' `leftovers` (files under deploy/
+    components) are deleted."""
+    plane = cluster.require_plane()
+    shutil.copytree(REPO / "deploy", folder / "deploy")
+    (folder / "overlay").mkdir()
+    (folder / "overlay" / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": ["../deploy"],
+        "components": [f"../deploy/components/{c}" for c in components]}))
+    plane.kubectl("apply", "-f", str(REPO / "deploy" / "namespace.yaml"))
+    plane.kubectl("apply", "-k", str(folder / "overlay"))
+    try:
+        yield cluster.token_kubeconfig("configmirror", "configmirror", folder / "kubeconfig")
+    finally:
+        plane.kubectl("apply", "-k", str(REPO / "deploy"))
+        for part in leftovers:
+            plane.kubectl("delete", "--ignore-not-found", "-f",
+                          str(REPO / "deploy" / "components" / part))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from configmirror.spec import (
 from configmirror.vocabulary import OPTIONAL, Kind
 from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, events
+from configmirror_testing.installs import deploy_with_components
 from configmirror_testing.objects import KIND_CONTENTS, of_kind
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.wait import wait_for
@@ -115,22 +115,10 @@ def kinds_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
                      ) -> Iterator[Path]:
     """deploy/ with every kind's component applied for real; a kubeconfig holding only a
     token of its ServiceAccount."""
-    plane = cluster.require_plane()
-    folder = tmp_path_factory.mktemp("kinds-install")
-    shutil.copytree(REPO / "deploy", folder / "deploy")
-    (folder / "overlay").mkdir()
-    (folder / "overlay" / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": ["../deploy"],
-        "components": [f"../deploy/components/{kind}" for kind in KINDS]}))
-    plane.kubectl("apply", "-f", str(REPO / "deploy" / "namespace.yaml"))
-    plane.kubectl("apply", "-k", str(folder / "overlay"))
-    try:
-        yield cluster.token_kubeconfig("configmirror", "configmirror", folder / "kubeconfig")
-    finally:  # deploy/'s own objects stay (test_deploy shares them), their flags with them
-        plane.kubectl("apply", "-k", str(REPO / "deploy"))
-        for kind in KINDS:
-            plane.kubectl("delete", "--ignore-not-found", "-f",
-                          str(COMPONENTS / kind / "rbac.yaml"))
+    with deploy_with_components(
+            cluster, tmp_path_factory.mktemp("kinds-install"), list(KINDS),
+            [Path(kind) / "rbac.yaml" for kind in KINDS]) as kubeconfig:
+        yield kubeconfig
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import secrets as random
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from kubernetes import client, config
 from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, events, restart_writes_nothing
-from configmirror_testing.installs import read_secret
+from configmirror_testing.installs import deploy_with_components, read_secret
 from configmirror_testing.wait import wait_for
 
 pytestmark = pytest.mark.controlplane
@@ -57,19 +56,10 @@ def secrets_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactor
                        ) -> Iterator[Path]:
     """deploy/ with the Secrets component applied for real; a kubeconfig holding only a
     token of its ServiceAccount."""
-    plane = cluster.require_plane()
-    folder = tmp_path_factory.mktemp("secrets-install")
-    shutil.copytree(REPO / "deploy", folder / "deploy")
-    (folder / "overlay").mkdir()
-    (folder / "overlay" / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": ["../deploy"], "components": ["../deploy/components/secrets"]}))
-    plane.kubectl("apply", "-f", str(REPO / "deploy" / "namespace.yaml"))
-    plane.kubectl("apply", "-k", str(folder / "overlay"))
-    try:
-        yield cluster.token_kubeconfig("configmirror", "configmirror", folder / "kubeconfig")
-    finally:  # deploy/'s own objects stay: test_deploy shares them
-        for part in ("rbac.yaml", "admission.yaml"):
-            plane.kubectl("delete", "--ignore-not-found", "-f", str(COMPONENT / part))
+    with deploy_with_components(
+            cluster, tmp_path_factory.mktemp("secrets-install"), ["secrets"],
+            [Path("secrets") / part for part in ("rbac.yaml", "admission.yaml")]) as kubeconfig:
+        yield kubeconfig
 
 
 @pytest.fixture
