@@ -36,5 +36,10 @@ fi
 read -r pyver arch < <(docker run --rm --network none --entrypoint python3 "$base" -c \
   'import platform, sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}", platform.machine())')
 echo "image: $image on $base (Python $pyver, $arch)" >&2
+# One build at a time in this tree (the image's tests beside the node tier's): both fill
+# build/image/wheels, which the Dockerfile copies.
+mkdir -p build
+exec 8>build/image.lock
+flock 8
 hack/wheels.sh "$wheels" "$pyver" "$arch"
 docker build --build-arg BASE_IMAGE="$base" --target offline --tag "$image" .

@@ -19,6 +19,10 @@ conf=/usr/lib/binfmt.d/qemu-$arch.conf
 log() { echo "binfmt: $*" >&2; }
 as_root() { [ "$(id -u)" = 0 ] || { log "$1 needs root (run it as root, or: sudo $0 $arch)"; exit 1; }; }
 
+# One registration at a time (a release beside another: the release tier and the node tier's):
+# the second finds the entry made.
+exec 9>"${TMPDIR:-/tmp}/configmirror-binfmt.lock"
+flock 9
 if [ ! -e "$dir/register" ]; then
   as_root "mounting binfmt_misc on $dir"
   log "mounting binfmt_misc on $dir"

@@ -103,6 +103,18 @@ if [ "$plain_http" = 1 ]; then
   export SYFT_REGISTRY_INSECURE_USE_HTTP=true
 fi
 export SYFT_CHECK_FOR_APP_UPDATE=false
+# The release's work folder, one per run: two releases at once (the release tier beside the
+# node tier's) never share one. Removed on exit, whatever the outcome.
+mkdir -p "$repo/build"
+work=$(mktemp -d "$repo/build/release.XXXXXX")
+list=configmirror-release-$$ probe=
+cleanup() {
+  [ -z "$probe" ] || buildah rm "$probe" >/dev/null 2>&1 || true
+  buildah manifest rm "$list" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT  # so that the EXIT trap runs
 sign_flags=() verify_flags=()
 if [ -n "${COSIGN_KEY:-}" ]; then
   # Fails here, before any build, on a wrong password or a file that is not a key.
@@ -114,25 +126,16 @@ if [ -n "${COSIGN_KEY:-}" ]; then
   # Offline: no transparency log, and no signing config (which fetches Sigstore's trusted root
   # through TUF, out of reach here). cosign 3 calls both flags deprecated; they are pinned.
   sign_flags=(--key "$COSIGN_KEY" --use-signing-config=false --tlog-upload=false)
-  verify_flags=(--key "$repo/build/release/cosign.pub" --insecure-ignore-tlog=true)
+  verify_flags=(--key "$work/cosign.pub" --insecure-ignore-tlog=true)
 elif [ "$signed" = 1 ]; then
   verify_flags=(--certificate-identity "$COSIGN_CERTIFICATE_IDENTITY"
                 --certificate-oidc-issuer "$COSIGN_CERTIFICATE_OIDC_ISSUER")
 fi
 
-work=$repo/build/release
-rm -rf "$work"
 mkdir -p "$work" "$dist"
 # Only what a release writes there goes: DIST may be a folder that holds other things.
 rm -f "$dist/install.yaml" "$dist"/sbom-linux-*.cdx.json "$dist"/configmirror-*.tgz "$dist/checksums.txt"
 [ -z "${COSIGN_KEY:-}" ] || printf '%s\n' "$pub" >"$work/cosign.pub"
-list=configmirror-release-$$ probe=
-cleanup() {
-  [ -z "$probe" ] || buildah rm "$probe" >/dev/null 2>&1 || true
-  buildah manifest rm "$list" >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT  # so that the EXIT trap runs
 
 # -- 1. one image per platform, into one index ------------------------------------------------
 official=$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile)
