@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
@@ -468,7 +468,7 @@ def _plan(args: argparse.Namespace) -> int:
         print(_dump({"in_sync": in_sync, "plans": [p.to_json() for p in plans]}, args.output),
               end="")
     else:
-        _print_plans(plans)
+        _print_plans(plans, _said(cache))
     return 0 if in_sync else EXIT_OUT_OF_SYNC
 
 
@@ -499,7 +499,7 @@ def _status(args: argparse.Namespace) -> int:
             doc["namespace"] = namespace
         print(_dump(doc, args.output), end="")
     else:
-        _print_status(sources, namespace)
+        _print_status(sources, namespace, _said(cache))
     return 0
 
 
@@ -544,7 +544,7 @@ def _wait(args: argparse.Namespace) -> int:
                     print(_dump({"in_sync": False, "source": last.to_json()}, args.output),
                           end="")
                 elif last is not None:
-                    _print_status([last], None)
+                    _print_status([last], None, _said(cache))
                 return EXIT_TIMED_OUT
             changed.wait(min(left, 1.0))
             changed.clear()
@@ -659,12 +659,19 @@ def _kind_of(kind: str, settings: Settings) -> Kind | str:
     return CONFIGMAP
 
 
-def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None) -> None:
+def _said(cache: ClusterCache) -> dict[str, str]:
+    """How the commands name each kind the cache holds, by its name: `networkpolicy`,
+    `widget.example.com` (what `plan` and `status` print, so it can be pasted back)."""
+    return {kind.name: kind.flag for kind in cache.kinds}
+
+
+def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None,
+                  said: Mapping[str, str]) -> None:
     if namespace is not None:
         print(f"namespace {namespace['name']}:")
         for hold in namespace["holds"]:
-            print(f"  holds  {hold['kind'].lower()} {hold['name']}  replica of "
-                  f"{hold['replica_of']} ({hold['state']})")
+            print(f"  holds  {said.get(hold['kind'], hold['kind'].lower())} {hold['name']}  "
+                  f"replica of {hold['replica_of']} ({hold['state']})")
         for pull in namespace["pulls"]:
             why = f": {pull['reason']}" if pull["reason"] else ""
             print(f"  pulls  {pull['entry']}  {pull['state']}{why}")
@@ -673,7 +680,8 @@ def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None)
     if not sources and namespace is None:
         print("no sources")
     for status in sources:
-        print(f"{status.kind.lower()} {status.source}: {status.in_sync}/{status.targets} "
+        print(f"{said.get(status.kind, status.kind.lower())} {status.source}: "
+              f"{status.in_sync}/{status.targets} "
               f"target(s) in sync" + ("" if status.exists else " (the source is gone)")
               + (f", {status.adopting} to adopt" if status.adopting else ""))
         for p in status.pending:
@@ -690,12 +698,13 @@ def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None)
               + f", {problems} problem(s)")
 
 
-def _print_plans(plans: list[ReplicationPlan]) -> None:
+def _print_plans(plans: list[ReplicationPlan], said: Mapping[str, str]) -> None:
     if not plans:
         print("no sources")
     for plan in plans:
         # A Secret (any kind) says so; a ConfigMap is the default and needs no word.
-        name = plan.source if plan.kind == "ConfigMap" else f"{plan.kind.lower()} {plan.source}"
+        name = plan.source if plan.kind == "ConfigMap" else \
+            f"{said.get(plan.kind, plan.kind.lower())} {plan.source}"
         if plan.invalid is not None:
             print(f"{name}: invalid spec: {plan.invalid} (nothing will change)")
             continue

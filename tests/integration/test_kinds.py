@@ -318,7 +318,7 @@ def test_plan_status_and_wait_name_a_source_as_kind_ns_name(
         kind.name, f"{source}/{NAME}", 1, 1)
     done = command("plan", ref, *flags, kubeconfig=cluster.kubeconfig)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert f"{kind.name.lower()} {source}/{NAME}: in sync, 1 target namespace(s)" in done.stdout
+    assert f"{kind.flag} {source}/{NAME}: in sync, 1 target namespace(s)" in done.stdout
     fields = ", ".join(sorted(KIND_CONTENTS[kind.flag][0]))  # those the source has
     assert f"content  {fields}; hash " in done.stdout
     done = command("status", ref, "--operator-namespace", source,
@@ -478,3 +478,15 @@ def test_a_cluster_scoped_or_unknown_custom_resource_stops_the_operator_at_start
     done = run_at_start(f"networkpolicy,{kinds}", cluster)
     assert done.returncode == 1, done.stderr
     assert done.stderr == f"configmirror: {said}\n"
+
+
+def test_a_command_naming_a_custom_resource_not_turned_on_says_which_are(
+        cluster: Cluster, namespaces: Namespaces, widget_crd: None) -> None:
+    space = namespaces()
+    done = command("status", f"gadgets.example.com/{space}/{NAME}", "--kinds=example.com/v1/Widget",
+                   "--operator-namespace", space, kubeconfig=cluster.kubeconfig)
+    assert done.returncode == 1
+    assert done.stderr.endswith("\nconfigmirror: 'gadgets.example.com': the operator's --kinds "
+                                "names no such custom resource (it names "
+                                "example.com/v1/Widget)\n"), done.stderr
+    assert "Traceback" not in done.stderr
