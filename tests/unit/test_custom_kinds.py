@@ -5,6 +5,7 @@ Against the real API server: tests/integration/test_kinds.py (a CRD it installs)
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -223,3 +224,18 @@ def test_a_command_names_a_custom_resource_as_kind_or_plural_dot_group() -> None
         cli._reference_of(parsed("status", "widget.example.com/ns/w"), Settings())
     with pytest.raises(flags.UsageError, match="'widget/ns/w': 'widget' is not a kind"):
         cli._reference_of(parsed("status", "widget/ns/w"), on)
+
+
+def test_once_discovery_has_resolved_it_a_command_finds_the_kind_by_either_name() -> None:
+    cache: Any = SimpleNamespace(kinds={CONFIGMAP: None, NETWORKPOLICY: None, WIDGET: None})
+    for said in ("widget.example.com", "widgets.example.com"):
+        assert cli._known((said, "ns/w"), cache) == (WIDGET, "ns/w")
+    assert cli._known((NETWORKPOLICY, "ns/p"), cache) == (NETWORKPOLICY, "ns/p")
+    assert cli._known(None, cache) is None
+    with pytest.raises(flags.UsageError, match=r"^'gadget\.example\.com': the operator's --kinds "
+                                               r"names no such custom resource \(it names "
+                                               r"example\.com/v1/Widget\)$"):
+        cli._known(("gadget.example.com", "ns/w"), cache)
+    # What plan and status print: the kind as a command takes it back.
+    assert cli._said(cache) == {"ConfigMap": "configmap", "NetworkPolicy": "networkpolicy",
+                                "Widget": "widget.example.com"}
