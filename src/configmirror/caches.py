@@ -16,7 +16,7 @@ from typing import Any
 
 from configmirror.clock import Clock
 from configmirror.informer import Informer
-from configmirror.kube import NAMESPACES, Kube
+from configmirror.kube import NAMESPACES, ApiError, Kube
 from configmirror.metrics import Metrics
 from configmirror.model import (
     CachedObject,
@@ -31,7 +31,16 @@ from configmirror.outage import Outage
 from configmirror.settings import Settings
 from configmirror.spec import InvalidSpec, ReplicaRules, Scope
 from configmirror.store import Store, StoresByName
-from configmirror.vocabulary import CONFIGMAP, OPTIONAL, SECRET, Kind
+from configmirror.vocabulary import (
+    CONFIGMAP,
+    CUSTOM_SYNTAX,
+    OPTIONAL,
+    SECRET,
+    CustomName,
+    Kind,
+    custom_kind,
+    custom_name,
+)
 
 ObjectHandler = Callable[[Kind, CachedObject | None, CachedObject | None], None]
 NamespaceHandler = Callable[[Namespace | None, Namespace | None], None]
@@ -46,11 +55,30 @@ class Replicated:
     scope: Scope            # where its sources are honoured and where replicas may go
 
 
-def replicated_kinds(settings: Settings) -> list[Replicated]:
+# What the API server serves in a group/version (its APIResourceList), or None for none.
+Discovery = Callable[[str, str], dict[str, Any] | None]
+
+
+def discovery(kube: Kube) -> Discovery:
+    """Discovery through `kube`: GET /apis/GROUP/VERSION, a 404 as None."""
+    def discover(group: str, version: str) -> dict[str, Any] | None:
+        try:
+            return kube.request("get", f"/apis/{group}/{version}", timeout=10)
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+    return discover
+
+
+def replicated_kinds(settings: Settings, discover: Discovery | None = None
+                     ) -> list[Replicated]:
     """ConfigMaps always; Secrets only when --secret-names names some (otherwise no Secret is
     ever listed); each other kind only when --kinds names it (otherwise none is ever listed),
-    with its sources where ConfigMaps' are honoured. Raises spec.InvalidSpec naming a flag
-    that does not parse."""
+    with its sources where ConfigMaps' are honoured. A custom resource (GROUP/VERSION/Kind)
+    is resolved with `discover`; without it, one is checked for its form only and left out
+    (flags checked before connecting). Raises spec.InvalidSpec naming a flag, or a kind,
+    at fault."""
     kinds = [Replicated(CONFIGMAP, (), _scope(settings))]
     if settings.secrets:
         kinds.append(Replicated(SECRET, tuple(settings.secrets),
@@ -58,14 +86,42 @@ def replicated_kinds(settings: Settings) -> list[Replicated]:
     for name in settings.kind_names:
         if name == CONFIGMAP.flag:
             continue
+        try:
+            custom = custom_name(name)
+        except ValueError as err:
+            raise InvalidSpec(f"--kinds: {name!r} is {err}") from None
+        if custom is not None:
+            if discover is not None:
+                kinds.append(Replicated(_resolved(custom, discover, kinds), (),
+                                        _scope(settings)))
+            continue
         kind = OPTIONAL.get(name)
         if kind is None:
             raise InvalidSpec(f"--kinds: {name!r} is not a kind configmirror replicates "
-                              f"(configmap, {', '.join(OPTIONAL)})"
+                              f"(configmap, {', '.join(OPTIONAL)}, or a custom resource as "
+                              f"{CUSTOM_SYNTAX})"
                               + ("; Secrets are turned on by name, with --secret-names"
                                  if name == SECRET.flag else ""))
         kinds.append(Replicated(kind, (), _scope(settings)))
     return kinds
+
+
+def _resolved(custom: CustomName, discover: Discovery, before: list[Replicated]) -> Kind:
+    """The Kind a custom resource is, through discovery; InvalidSpec naming it if it is none
+    configmirror can replicate, or one of the same kind name is already replicated."""
+    try:
+        kind = custom_kind(custom, discover(custom.group, custom.version))
+    except ApiError as err:
+        raise InvalidSpec(f"--kinds: {custom}: cannot look it up on the API server: "
+                          f"{err}") from None
+    except ValueError as err:
+        raise InvalidSpec(f"--kinds: {err}") from None
+    for other in before:
+        if other.kind.name == kind.name:
+            raise InvalidSpec(f"--kinds: {custom}: {other.kind.resource.api_version}/"
+                              f"{kind.name} is replicated too; configmirror replicates one "
+                              f"kind of each name")
+    return kind
 
 
 def _scope(settings: Settings, secrets: bool = False) -> Scope:
@@ -127,6 +183,7 @@ class ClusterCache:
             kube, NAMESPACES, namespace_from_json, self.namespaces, on_namespace, "namespaces",
             metrics, clock, on_recovered=on_recovered, outage=outage)
         self.kinds: dict[Kind, KindCache] = {}
+        kube.count_custom(frozenset(r.kind.plural for r in kinds if r.kind.custom))
         for replicated in kinds:
             kind = replicated.kind
             names = replicated.names or ("",)

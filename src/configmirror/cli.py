@@ -22,7 +22,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, overload
 
@@ -30,7 +30,7 @@ import kubernetes
 import yaml
 
 from configmirror import __version__, policy
-from configmirror.caches import ClusterCache, KindCache, Replicated, replicated_kinds
+from configmirror.caches import ClusterCache, KindCache, Replicated, discovery, replicated_kinds
 from configmirror.flags import (
     UNSET,
     Choice,
@@ -49,7 +49,15 @@ from configmirror.plan import Grace, ReplicationPlan, plan_source
 from configmirror.settings import Settings, format_duration
 from configmirror.spec import InvalidSpec, ReplicaRules
 from configmirror.status import Failure, KindView, SourceStatus, namespace_status, source_status
-from configmirror.vocabulary import CONFIGMAP, EVENTS, OPTIONAL, SECRET, SHORT_NAMES, Kind
+from configmirror.vocabulary import (
+    CONFIGMAP,
+    CUSTOM_SYNTAX,
+    EVENTS,
+    OPTIONAL,
+    SECRET,
+    SHORT_NAMES,
+    Kind,
+)
 
 _DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -73,7 +81,8 @@ the command line winning.
 _REFERENCE = ("[KIND/]NS/NAME as in the configmirror.io/pull annotation, or with -n NS, "
               "[KIND/]NAME as kubectl takes it; KIND is configmap (cm, configmaps; the "
               "default), secret (secrets), or a kind --kinds turns on (networkpolicy, "
-              "netpol, ...)")
+              "netpol, ...; a custom resource as KIND.GROUP or PLURAL.GROUP, "
+              "widget.example.com)")
 _NAMESPACE = ("the namespace of the sources: with a source named, its namespace; without, "
               "only the sources in this namespace (the same for plan, status and wait)")
 
@@ -133,8 +142,10 @@ def _parser() -> argparse.ArgumentParser:
              "Secrets of those names are sources (globs, ! excludes); needed with "
              "--secret-names")
         p.flag("--kinds", d.kinds, "the kinds replicated, comma-separated (the flag may be "
-               f"repeated): configmap always, and {', '.join(OPTIONAL)}, each only when "
-               "named (otherwise it is never read: RBAC comes per kind); sources of every "
+               f"repeated): configmap always, and {', '.join(OPTIONAL)}, or a namespaced "
+               f"custom resource as {CUSTOM_SYNTAX} (resolved through discovery at start), "
+               "each only when named (otherwise it is never read: RBAC comes per kind); a "
+               "custom resource's replicas copy its spec, never its status; sources of every "
                "kind only where --source-namespaces and --source-namespace-selector allow",
                repeat=True)
         _add(p, "--bindable-roles", d.bindable_roles, "the roles (names, comma-separated) a "
@@ -326,8 +337,10 @@ def _followed(args: argparse.Namespace, settings: Settings) -> Settings:
     return settings
 
 
-def _kinds(settings: Settings) -> list[Replicated]:
-    """The kinds replicated (ConfigMaps, and Secrets when named), or the flag at fault."""
+def _kinds(settings: Settings, kube: Kube | None = None) -> list[Replicated]:
+    """The kinds replicated (ConfigMaps, and Secrets when named), or the flag at fault. With
+    `kube`, the custom resources --kinds names too, through discovery (without, only their
+    form is checked)."""
     if settings.secrets and not settings.secret_source_namespaces.strip():
         raise UsageError("--secret-names needs --secret-source-namespaces (which namespaces "
                          "may hold those Secrets as sources)")
@@ -335,7 +348,7 @@ def _kinds(settings: Settings) -> list[Replicated]:
         if not _DNS_NAME.fullmatch(name):
             raise UsageError(f"--secret-names: {name!r} is not a Secret name")
     try:
-        return replicated_kinds(settings)
+        return replicated_kinds(settings, None if kube is None else discovery(kube))
     except InvalidSpec as err:
         raise UsageError(str(err)) from None
 
@@ -375,7 +388,12 @@ def _run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    return Manager(settings, kube).run(stop)
+    try:
+        manager = Manager(settings, kube)
+    except InvalidSpec as err:  # a kind --kinds names that discovery does not resolve
+        kube.close()
+        raise UsageError(str(err)) from None
+    return manager.run(stop)
 
 
 @overload
@@ -389,9 +407,9 @@ def _listed(settings: Settings, failures: bool = False
     """The operator's own caches, listed once (Secrets one name at a time, as it watches
     them), and with `failures` the ReplicationFailed Events it recorded on sources."""
     kube = _connect(settings, pool_size=2, limited=False)
-    cache = ClusterCache(kube, _kinds(settings), _rules(settings))
     found: list[Failure] = []
     try:
+        cache = ClusterCache(kube, _kinds(settings, kube), _rules(settings))
         cache.list_once()
         if failures:
             found = _failures(kube)
@@ -437,8 +455,9 @@ def _plans(cached: KindCache, settings: Settings,
 
 def _plan(args: argparse.Namespace) -> int:
     settings = _followed(args, _settings(args))
-    source = _source(args, settings)
+    named = _source(args, settings)
     cache = _listed(settings)
+    source = _known(named, cache)
     plans = [p for kind, cached in cache.kinds.items()
              for p in _plans(cached, settings, _only(kind, source, args.namespace))]
     if source is not None and not plans:
@@ -449,14 +468,15 @@ def _plan(args: argparse.Namespace) -> int:
         print(_dump({"in_sync": in_sync, "plans": [p.to_json() for p in plans]}, args.output),
               end="")
     else:
-        _print_plans(plans)
+        _print_plans(plans, _said(cache))
     return 0 if in_sync else EXIT_OUT_OF_SYNC
 
 
 def _status(args: argparse.Namespace) -> int:
     settings = _followed(args, _settings(args))
-    source = _source(args, settings)
+    named = _source(args, settings)
     cache, failures = _listed(settings, failures=True)
+    source = _known(named, cache)
     views = {k.name: KindView(c.caches, c.scope, c.names,
                               _plans(c, settings, _only(k, source, args.namespace)))
              for k, c in cache.kinds.items()}
@@ -465,7 +485,8 @@ def _status(args: argparse.Namespace) -> int:
     if source is not None and (not sources or not sources[0].exists):
         raise UsageError(f"there is no {source[0].name} source {source[1]}")
     if args.target_namespace is not None:
-        namespace = namespace_status(args.target_namespace, views, frozenset(views))
+        namespace = namespace_status(args.target_namespace, views,
+                                     frozenset(k.pull_name for k in cache.kinds))
         if not namespace["exists"]:
             raise UsageError(f"there is no namespace {args.target_namespace}")
         related = {(h["kind"], h["replica_of"]) for h in namespace["holds"]} | {
@@ -478,17 +499,23 @@ def _status(args: argparse.Namespace) -> int:
             doc["namespace"] = namespace
         print(_dump(doc, args.output), end="")
     else:
-        _print_status(sources, namespace)
+        _print_status(sources, namespace, _said(cache))
     return 0
 
 
 def _wait(args: argparse.Namespace) -> int:
     settings = _followed(args, _settings(args))
-    kind, key = _reference_of(args, settings)
+    named = _reference_of(args, settings)
     kube = _connect(settings, pool_size=2, limited=False)
     changed = threading.Event()
-    cache = ClusterCache(kube, _kinds(settings), _rules(settings),
-                         on_object=lambda *_: changed.set(), on_namespace=lambda *_: changed.set())
+    try:
+        cache = ClusterCache(kube, _kinds(settings, kube), _rules(settings),
+                             on_object=lambda *_: changed.set(),
+                             on_namespace=lambda *_: changed.set())
+        kind, key = _known(named, cache)
+    except BaseException:
+        kube.close()
+        raise
     cached = cache.kinds[kind]
     deadline = time.monotonic() + args.timeout
     cache.start()
@@ -517,7 +544,7 @@ def _wait(args: argparse.Namespace) -> int:
                     print(_dump({"in_sync": False, "source": last.to_json()}, args.output),
                           end="")
                 elif last is not None:
-                    _print_status([last], None)
+                    _print_status([last], None, _said(cache))
                 return EXIT_TIMED_OUT
             changed.wait(min(left, 1.0))
             changed.clear()
@@ -526,12 +553,40 @@ def _wait(args: argparse.Namespace) -> int:
         kube.close()
 
 
-def _source(args: argparse.Namespace, settings: Settings) -> tuple[Kind, str] | None:
-    """The source the command names (its kind and key NS/NAME), or None when it names none."""
+# A source a command names: its kind (a custom resource's as the command names it, until
+# discovery resolves it: `_known`) and its key NS/NAME.
+_Named = tuple[Kind | str, str]
+
+
+def _source(args: argparse.Namespace, settings: Settings) -> _Named | None:
+    """The source the command names, or None when it names none."""
     return None if args.source is None else _reference_of(args, settings)
 
 
-def _reference_of(args: argparse.Namespace, settings: Settings) -> tuple[Kind, str]:
+@overload
+def _known(named: _Named, cache: ClusterCache) -> tuple[Kind, str]: ...
+@overload
+def _known(named: None, cache: ClusterCache) -> None: ...
+
+
+def _known(named: _Named | None, cache: ClusterCache) -> tuple[Kind, str] | None:
+    """A named source with its kind resolved among those the cache holds: a custom resource
+    by KIND.GROUP or PLURAL.GROUP."""
+    if named is None:
+        return None
+    word, key = named
+    if isinstance(word, Kind):
+        return word, key
+    for kind in cache.kinds:
+        if kind.custom and word in (kind.flag, f"{kind.plural}.{kind.resource.group}"):
+            return kind, key
+    custom = sorted(str(k.resource.api_version + "/" + k.name) for k in cache.kinds
+                    if k.custom)
+    raise UsageError(f"{word!r}: the operator's --kinds names no such custom resource (it "
+                     f"names {', '.join(custom)})")
+
+
+def _reference_of(args: argparse.Namespace, settings: Settings) -> _Named:
     said, key = _reference(args.source, args.namespace)
     if args.kind is not None:  # the deprecated --kind
         if said is not None and said != args.kind:
@@ -561,15 +616,17 @@ def _reference(text: str, namespace: str | None) -> tuple[str | None, str]:
     else:
         raise UsageError(f"{text!r} is not [KIND/]NAMESPACE/NAME" if namespace is None
                          else f"{text!r} is not [KIND/]NAME (with -n {namespace})")
-    if kind is not None and kind.lower() not in _KINDS:
+    custom = kind is not None and "." in kind and bool(_DNS_NAME.fullmatch(kind.lower()))
+    if kind is not None and kind.lower() not in _KINDS and not custom:
         raise UsageError(f"{text!r}: {kind!r} is not a kind (configmap, cm, configmaps, "
                          f"secret, secrets, {', '.join(OPTIONAL)}, or kubectl's names of "
-                         f"those)")
+                         f"those; a custom resource as KIND.GROUP or PLURAL.GROUP)")
     if not _DNS_LABEL.fullmatch(space):
         raise UsageError(f"{text!r}: {space!r} is not a namespace name")
     if not _DNS_NAME.fullmatch(name) or len(name) > 253:
         raise UsageError(f"{text!r}: {name!r} is not an object name")
-    return (None if kind is None else _KINDS[kind.lower()]), f"{space}/{name}"
+    word = None if kind is None else _KINDS.get(kind.lower(), kind.lower())
+    return word, f"{space}/{name}"
 
 
 def _only(kind: Kind, source: tuple[Kind, str] | None,
@@ -581,7 +638,9 @@ def _only(kind: Kind, source: tuple[Kind, str] | None,
     return lambda key: namespace is None or key.split("/", 1)[0] == namespace
 
 
-def _kind_of(kind: str, settings: Settings) -> Kind:
+def _kind_of(kind: str, settings: Settings) -> Kind | str:
+    """The kind a command's reference names; a custom resource's name as said (`_known`
+    resolves it once discovery has)."""
     if kind == "secret":
         if not settings.secrets:
             raise UsageError("a secret source needs the operator's --secret-names and "
@@ -592,15 +651,27 @@ def _kind_of(kind: str, settings: Settings) -> Kind:
             raise UsageError(f"a {kind} source needs the operator's --kinds to name {kind} "
                              f"(it is off, and never read, otherwise)")
         return OPTIONAL[kind]
+    if kind != "configmap":
+        if not any("/" in name for name in settings.kind_names):
+            raise UsageError(f"a {kind} source needs the operator's --kinds to name {kind} "
+                             f"(as {CUSTOM_SYNTAX}; it is off, and never read, otherwise)")
+        return kind
     return CONFIGMAP
 
 
-def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None) -> None:
+def _said(cache: ClusterCache) -> dict[str, str]:
+    """How the commands name each kind the cache holds, by its name: `networkpolicy`,
+    `widget.example.com` (what `plan` and `status` print, so it can be pasted back)."""
+    return {kind.name: kind.flag for kind in cache.kinds}
+
+
+def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None,
+                  said: Mapping[str, str]) -> None:
     if namespace is not None:
         print(f"namespace {namespace['name']}:")
         for hold in namespace["holds"]:
-            print(f"  holds  {hold['kind'].lower()} {hold['name']}  replica of "
-                  f"{hold['replica_of']} ({hold['state']})")
+            print(f"  holds  {said.get(hold['kind'], hold['kind'].lower())} {hold['name']}  "
+                  f"replica of {hold['replica_of']} ({hold['state']})")
         for pull in namespace["pulls"]:
             why = f": {pull['reason']}" if pull["reason"] else ""
             print(f"  pulls  {pull['entry']}  {pull['state']}{why}")
@@ -609,7 +680,8 @@ def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None)
     if not sources and namespace is None:
         print("no sources")
     for status in sources:
-        print(f"{status.kind.lower()} {status.source}: {status.in_sync}/{status.targets} "
+        print(f"{said.get(status.kind, status.kind.lower())} {status.source}: "
+              f"{status.in_sync}/{status.targets} "
               f"target(s) in sync" + ("" if status.exists else " (the source is gone)")
               + (f", {status.adopting} to adopt" if status.adopting else ""))
         for p in status.pending:
@@ -626,12 +698,13 @@ def _print_status(sources: list[SourceStatus], namespace: dict[str, Any] | None)
               + f", {problems} problem(s)")
 
 
-def _print_plans(plans: list[ReplicationPlan]) -> None:
+def _print_plans(plans: list[ReplicationPlan], said: Mapping[str, str]) -> None:
     if not plans:
         print("no sources")
     for plan in plans:
         # A Secret (any kind) says so; a ConfigMap is the default and needs no word.
-        name = plan.source if plan.kind == "ConfigMap" else f"{plan.kind.lower()} {plan.source}"
+        name = plan.source if plan.kind == "ConfigMap" else \
+            f"{said.get(plan.kind, plan.kind.lower())} {plan.source}"
         if plan.invalid is not None:
             print(f"{name}: invalid spec: {plan.invalid} (nothing will change)")
             continue

@@ -297,6 +297,7 @@ class Kube:
         self._closing = threading.Event()  # set by close(): no more waiting
         self._closed = threading.Condition()  # notified by close(): ends a wait at once
         self._counts: Counter[tuple[str, str, int]] = Counter()
+        self._custom: frozenset[str] = frozenset()  # count_custom
         self._lock = threading.Lock()
         # (when it was read, the credential headers): replaced whole, so no lock is needed.
         self._auth: tuple[float, dict[str, str]] | None = None
@@ -429,7 +430,12 @@ class Kube:
 
     def _count(self, verb: str, path: str, status: int) -> None:
         with self._lock:
-            self._counts[(verb, resource_of(path), status)] += 1
+            self._counts[(verb, resource_of(path, self._custom), status)] += 1
+
+    def count_custom(self, plurals: frozenset[str]) -> None:
+        """Count requests on these custom resources (the plurals discovery resolved at
+        start) under their own names."""
+        self._custom = frozenset(plurals)
 
 
 class WatchSilent(Exception):
@@ -499,9 +505,16 @@ _METHODS = {"get": "GET", "list": "GET", "create": "POST", "update": "PUT", "pat
             "delete": "DELETE"}
 
 
-def resource_of(path: str) -> str:
-    """The resource a path names: /api/v1/namespaces/a/configmaps/b -> configmaps."""
+def resource_of(path: str, custom: frozenset[str] = frozenset()) -> str:
+    """The resource a path names: /api/v1/namespaces/a/configmaps/b -> configmaps. `custom`:
+    the plurals of the custom resources replicated (discovered at start), which a path
+    under /apis/GROUP/VERSION/namespaces/NS/ names as well; a label takes no other name
+    from a path, so its values stay as few as the kinds started with."""
     parts = [p for p in path.split("/") if p]
+    if custom and len(parts) >= 4 and parts[0] == "apis":
+        named = parts[5] if parts[3] == "namespaces" and len(parts) >= 6 else parts[3]
+        if named in custom:
+            return named
     if len(parts) >= 2 and parts[-2] == "namespaces" and len(parts) % 2 == 0:
         return "namespaces"
     for i in range(len(parts) - 1, -1, -1):

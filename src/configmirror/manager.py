@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from configmirror.caches import ClusterCache, replicated_kinds
+from configmirror.caches import ClusterCache, discovery, replicated_kinds
 from configmirror.clock import Clock, RealClock
 from configmirror.controller import Controller
 from configmirror.events import EventRecorder
@@ -65,13 +65,13 @@ class Manager:
         self.recorder = EventRecorder(kube, on_dropped=self.metrics.events_dropped.inc,
                                       outage=self.outage)
         self.cache = ClusterCache(
-            kube, replicated_kinds(settings),
+            kube, replicated_kinds(settings, discovery(kube)),
             ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations,
                                     settings.bindable_roles),
             self._on_object, self._on_namespace, self.metrics, self._clock,
             settings.resync_period, self._server_answered, outage=self.outage)
         self.informers = self.cache.informers
-        served = frozenset(kind.name for kind in self.cache.kinds)
+        served = frozenset(kind.pull_name for kind in self.cache.kinds)
         self.replicators: dict[Kind, Replicator] = {
             kind: Replicator(kube, cached.caches, cached.scope, self.recorder,
                              Memory(cached.watermark, settings.delete_grace, self._clock),

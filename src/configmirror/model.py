@@ -136,6 +136,9 @@ class Source:
     # The payload as a replica is written: the fields the server would store as absent left
     # out (an empty binaryData, immutable false), every one a kind requires kept.
     written: Mapping[str, Any] | None = None
+    # How a configmirror.io/pull entry names its kind (vocabulary.Kind.pull_name); "": as
+    # `kind` says it.
+    pull_name: str = ""
 
     def __repr__(self) -> str:
         """Never the payload: a Secret's values must not reach a log line or a traceback."""
@@ -326,7 +329,8 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
     annotations = {**wanted_annotations, CONTENT_HASH: digest}
     return Source(kind.name, spec, invalid, lifecycle, wanted_labels, annotations, payload,
                   digest, field_entries(payload, wanted_labels, annotations), adopt,
-                  kind.resource.api_version, _fixed(payload, kind), _written(payload, kind))
+                  kind.resource.api_version, _fixed(payload, kind), _written(payload, kind),
+                  kind.pull_name)
 
 
 # -- transforms (the informers') ------------------------------------------------------------

@@ -157,7 +157,8 @@ def wants(source: CachedObject, namespace: Namespace, scope: Scope) -> bool:
             and scope.may_target(source.namespace, namespace)
             and (compiled.spec.wants(namespace)
                  or (bool(namespace.pulls.entries)  # the common case: no pulls at all
-                     and (compiled.kind, source.key) in namespace.pulls.entries
+                     and (compiled.pull_name or compiled.kind, source.key)
+                     in namespace.pulls.entries
                      and compiled.spec.admits(namespace))))
 
 
@@ -169,7 +170,7 @@ def pull_entry(kind: str, key: str) -> str:
 
 def pulls_of(kind: Kind, namespace: Namespace) -> list[str]:
     """The sources of `kind` ("ns/name") that `namespace` pulls."""
-    return sorted(key for k, key in namespace.pulls.entries if k == kind.name)
+    return sorted(key for k, key in namespace.pulls.entries if k == kind.pull_name)
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,7 @@ def pull_refusals(namespace: Namespace, world: World, scope: Scope,
     kind = world.kind
     refusals = []
     for key in pulls_of(kind, namespace):
-        entry = pull_entry(kind.name, key)
+        entry = pull_entry(kind.pull_name, key)
         source = world.get(key)
         compiled = source.compiled if source is not None else None
         home = world.namespace(source.namespace) if source is not None else None
@@ -235,7 +236,8 @@ def unserved_pulls(namespace: Namespace, kinds: frozenset[str]) -> list[Refusal]
         if kind not in kinds:
             why = ("the operator replicates no Secrets (it runs without --secret-names)"
                    if kind == "Secret" else f"the operator replicates no {kind} objects (its "
-                   f"--kinds does not name {kind.lower()})")
+                   f"--kinds does not name {kind.lower()}"
+                   + (" as GROUP/VERSION/Kind)" if "." in kind else ")"))
             refusals.append(Refusal(namespace.name, pull_entry(kind, key), why))
     return refusals
 
@@ -479,7 +481,7 @@ def plan_source(key: str, world: World, current: Callable[[str], CachedObject | 
     targets = sorted(ns.name for ns in namespaces
                      if honoured_source is not None and wants(honoured_source, ns, scope))
     pullers = tuple(sorted(ns.name for ns in namespaces if ns.pulls.entries
-                           and (world.kind.name, key) in ns.pulls.entries))
+                           and (world.kind.pull_name, key) in ns.pulls.entries))
     wanted = set(targets)
     touched = wanted | {r.namespace for r in world.replicas_of(key)}
     contenders = _contenders(world.sources_named(name), world, scope)

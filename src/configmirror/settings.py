@@ -47,7 +47,8 @@ class Settings:
     # says so with configmirror.io/adopt).
     adopt_from: str = ""
     # The kinds replicated (comma-separated; the flag may be repeated): ConfigMaps always,
-    # and each other kind only when named here (its RBAC comes with it).
+    # and each other kind only when named here (its RBAC comes with it): a built-in kind by
+    # its name, a custom resource as GROUP/VERSION/Kind (resolved through discovery).
     kinds: str = "configmap"
     # The roles (names) a replicated RoleBinding may reference; the operator's `bind` is
     # granted on these names only. Empty: no RoleBinding source is valid.
@@ -60,8 +61,9 @@ class Settings:
 
     @property
     def kind_names(self) -> list[str]:
-        """The kinds --kinds names, as written (lower case), each once, in order."""
-        names = (n.strip().lower() for n in self.kinds.split(","))
+        """The kinds --kinds names, each once, in order: a built-in kind's name in lower case,
+        a custom resource's GROUP/VERSION/Kind as written."""
+        names = (n.strip() if "/" in n else n.strip().lower() for n in self.kinds.split(","))
         return list(dict.fromkeys(n for n in names if n))
 
 

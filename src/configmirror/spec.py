@@ -274,8 +274,8 @@ _DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 def parse_pulls(text: str | None) -> Pulls:
     """`platform/shared-ca, secret/platform/registry-creds`: entries
     `[KIND/]NAMESPACE/NAME` (KIND: configmap, the default, secret, or a kind --kinds may turn
-    on, e.g. networkpolicy). An entry that does not parse is kept as a fault naming it; the
-    others still count."""
+    on, e.g. networkpolicy, or widget.example.com for a custom resource). An entry that
+    does not parse is kept as a fault naming it; the others still count."""
     if text is None:
         return NO_PULLS
     entries: set[tuple[str, str]] = set()
@@ -286,11 +286,16 @@ def parse_pulls(text: str | None) -> Pulls:
         parts = entry.split("/")
         kind = "ConfigMap"
         if len(parts) == 3:
-            kind = _PULL_KINDS.get(parts[0].lower(), "")
+            word = parts[0].lower()
+            # A custom resource as KIND.GROUP (vocabulary.Kind.pull_name): whether the
+            # operator replicates it is the plan's to say (plan.unserved_pulls).
+            kind = _PULL_KINDS.get(word) or (word if "." in word and _DNS_SUBDOMAIN.fullmatch(
+                word) else "")
             parts = parts[1:]
         if len(parts) != 2 or not kind:
             faults.append((entry, f"not [KIND/]NAMESPACE/NAME (KIND: "
-                                  f"{', '.join(_PULL_KINDS)})"))
+                                  f"{', '.join(_PULL_KINDS)}, or a custom resource's "
+                                  f"KIND.GROUP)"))
         elif not _DNS_LABEL.fullmatch(parts[0]) or not _DNS_SUBDOMAIN.fullmatch(parts[1]):
             faults.append((entry, "not a namespace and an object name (lower-case DNS "
                                   "names)"))

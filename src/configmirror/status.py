@@ -134,7 +134,7 @@ def namespace_status(name: str, views: Mapping[str, KindView],
         refused = {r.entry: r.reason for r in pull_refusals(namespace, view.world, view.scope,
                                                             view.names)}
         for key in pulls_of(view.world.kind, namespace):
-            entry = pull_entry(view.world.kind.name, key)
+            entry = pull_entry(view.world.kind.pull_name, key)
             pulls.append({"entry": entry, "state": "refused" if entry in refused else "allowed",
                           "reason": refused.get(entry, "")})
     pulls += [{"entry": r.entry, "state": "refused", "reason": r.reason}

@@ -9,8 +9,10 @@ section 3; the layers are checked by import-linter in `make lint`).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class Kind:
     # The payload field the API server refuses to change in place (a Secret's type, a
     # RoleBinding's roleRef): a replica whose value of it must change is recreated.
     fixed: str | None = None
+    # A custom resource (--kinds GROUP/VERSION/Kind, resolved through discovery): named
+    # `kind.group` (widget.example.com), as kubectl names it in full, where a built-in kind
+    # is named by its kind alone.
+    custom: bool = False
 
     @property
     def name(self) -> str:
@@ -72,8 +78,17 @@ class Kind:
 
     @property
     def flag(self) -> str:
-        """How --kinds, a pull entry and a command's reference name it: `networkpolicy`."""
+        """How a pull entry and a command's reference name it (and --kinds a built-in kind):
+        `networkpolicy`, `widget.example.com`."""
+        if self.custom:
+            return f"{self.resource.kind.lower()}.{self.resource.group}"
         return self.resource.kind.lower()
+
+    @property
+    def pull_name(self) -> str:
+        """How `spec.Pulls` entries name it: a built-in kind by its name (NetworkPolicy), a
+        custom resource by its flag (widget.example.com, which an entry says in full)."""
+        return self.flag if self.custom else self.resource.kind
 
 
 CONFIGMAP = Kind(CONFIGMAPS, ("data", "binaryData", "immutable"))
@@ -92,8 +107,78 @@ SERVICEACCOUNT = Kind(Resource("serviceaccounts", "ServiceAccount"),
                       ("automountServiceAccountToken", "imagePullSecrets"))
 OPTIONAL = {k.flag: k for k in (NETWORKPOLICY, LIMITRANGE, RESOURCEQUOTA, ROLE, ROLEBINDING,
                                 SERVICEACCOUNT)}
+BUILT_IN = frozenset({"configmap", "secret", *OPTIONAL})  # never the name of a custom kind
 SHORT_NAMES = {"networkpolicy": ("netpol",), "limitrange": ("limits",),
                "resourcequota": ("quota",), "serviceaccount": ("sa",)}  # kubectl's
+
+
+# --kinds GROUP/VERSION/Kind: a DNS subdomain with a dot (a custom resource's group is never
+# core's ""), a version (v1, v1beta2), a kind as the API server spells kinds.
+_CUSTOM = re.compile(r"(?P<group>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+)"
+                     r"/(?P<version>v[0-9]+((alpha|beta)[0-9]+)?)/(?P<kind>[A-Za-z][A-Za-z0-9]*)",
+                     re.ASCII)
+CUSTOM_SYNTAX = "GROUP/VERSION/Kind, e.g. example.com/v1/Widget"
+
+
+@dataclass(frozen=True)
+class CustomName:
+    """A custom resource as --kinds names it, before discovery resolves it."""
+
+    group: str
+    version: str
+    kind: str  # as written; discovery matches it without regard to case
+
+    def __str__(self) -> str:
+        return f"{self.group}/{self.version}/{self.kind}"
+
+    @property
+    def flag(self) -> str:
+        """As its resolved Kind's flag will be: `widget.example.com`."""
+        return f"{self.kind.lower()}.{self.group}"
+
+
+def custom_name(text: str) -> CustomName | None:
+    """`example.com/v1/Widget` as a CustomName; None when `text` has no `/` (a built-in
+    kind's name). Raises ValueError saying what is wrong with one that has."""
+    if "/" not in text:
+        return None
+    found = _CUSTOM.fullmatch(text.strip())
+    if found is None or len(found["group"]) > 253:
+        raise ValueError(f"not {CUSTOM_SYNTAX}")
+    return CustomName(found["group"], found["version"], found["kind"])
+
+
+def custom_kind(name: CustomName, resources: Mapping[str, Any] | None) -> Kind:
+    """The Kind `name` is, from the API server's discovery of its group/version (the
+    APIResourceList at /apis/GROUP/VERSION; None: the server serves no such group/version).
+    A replica copies its `spec`, never `status` nor the metadata the server keeps. Raises
+    ValueError naming it: missing, cluster-scoped, a subresource, or not listable and
+    writable as a replica must be."""
+    if resources is None:
+        raise ValueError(f"{name}: the API server serves no {name.group}/{name.version} (is "
+                         f"its CustomResourceDefinition installed?)")
+    found = [r for r in resources.get("resources") or ()
+             if "/" not in str(r.get("name", "")) and str(r.get("kind", "")).lower()
+             == name.kind.lower()]
+    if not found:
+        raise ValueError(f"{name}: {name.group}/{name.version} has no kind {name.kind}")
+    (entry, *_) = found
+    kind = str(entry["kind"])
+    if kind.lower() in BUILT_IN:
+        raise ValueError(f"{name}: its kind {kind} is the name of a kind configmirror has "
+                         f"built in; it cannot tell the two apart")
+    if not entry.get("namespaced"):
+        raise ValueError(f"{name}: {entry['name']}.{name.group} is cluster-scoped; "
+                         f"configmirror replicates namespaced kinds only")
+    missing = sorted(_VERBS - set(entry.get("verbs") or ()))
+    if missing:
+        raise ValueError(f"{name}: {entry['name']}.{name.group} does not support "
+                         f"{', '.join(missing)}")
+    return Kind(Resource(str(entry["name"]), kind, name.group, name.version), ("spec",),
+                custom=True)
+
+
+_VERBS = frozenset({"list", "watch", "create", "update", "patch", "delete"})  # what it uses
 
 
 class Referable(Protocol):

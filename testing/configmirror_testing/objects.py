@@ -9,7 +9,7 @@ import yaml
 from kubernetes import client
 
 from configmirror.model import DEFAULT_RULES, CachedObject, object_from_json
-from configmirror.vocabulary import CONFIGMAP, Kind
+from configmirror.vocabulary import CONFIGMAP, Kind, Resource
 
 
 def configmap(name: str, annotations: dict[str, str] | None = None,
@@ -71,7 +71,14 @@ KIND_CONTENTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "serviceaccount": (
         {"automountServiceAccountToken": True},
         {"automountServiceAccountToken": False, "imagePullSecrets": [{"name": "regcred"}]}),
+    # A custom resource (WIDGET): its spec, whatever its schema lets it hold.
+    "widget.example.com": (
+        {"spec": {"size": 1, "colours": ["blue"]}},
+        {"spec": {"size": 2, "colours": ["blue", "green"], "shape": {"sides": 6}}}),
 }
+# The custom resource the tests install (tests/integration/test_kinds.py's CRD) and turn on
+# with --kinds=example.com/v1/Widget, as discovery resolves it.
+WIDGET = Kind(Resource("widgets", "Widget", "example.com", "v1"), ("spec",), custom=True)
 
 
 def cached(raw: dict[str, Any], kind: Kind) -> CachedObject:

@@ -103,6 +103,10 @@ def test_lint_strict_passes(helm: Helm, tmp_path: Path, variant: str) -> None:
     ({"replica": 3}, ["replica", "additional properties"]),
     ({"kinds": ["pods"]}, ["/kinds/0", "networkpolicy"]),
     ({"kinds": "networkpolicy"}, ["/kinds", "array"]),
+    ({"kinds": [{"group": "example.com", "version": "v1", "kind": "Widget"}]},
+     ["/kinds/0", "resource"]),
+    ({"kinds": [{"group": "*", "version": "v1", "kind": "Widget", "resource": "*"}]},
+     ["/kinds/0", "pattern"]),
 ])
 def test_schema_rejects_a_bad_value_naming_it(helm: Helm, tmp_path: Path,
                                               values: dict[str, Any], names: list[str]) -> None:
@@ -230,6 +234,19 @@ def test_kinds_become_one_flag_and_a_cluster_role_each_with_exactly_their_verbs(
         "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles", "roles"],
         "resourceNames": ["view", "edit"], "verbs": ["bind"]}
     assert not any("escalate" in rule["verbs"] for rules in roles.values() for rule in rules)
+
+
+def test_a_custom_resource_becomes_its_group_version_kind_and_one_exact_cluster_role(
+        helm: Helm, tmp_path: Path) -> None:
+    widget = {"group": "example.com", "version": "v1", "kind": "Widget", "resource": "widgets"}
+    objects = documents(template(helm, tmp_path, {"kinds": ["networkpolicy", widget]}))
+    assert "--kinds=networkpolicy,example.com/v1/Widget" in container(objects)["args"]
+    roles = {o["metadata"]["name"]: o["rules"] for o in objects if o["kind"] == "ClusterRole"}
+    assert roles["configmirror-widgets.example.com"] == [
+        {"apiGroups": ["example.com"], "resources": ["widgets"],
+         "verbs": ["list", "watch", "create", "update", "patch", "delete"]}]
+    bound = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"}
+    assert "configmirror-widgets.example.com" in bound
 
 
 def test_one_pod_without_leader_election_renders_no_lease_rbac(

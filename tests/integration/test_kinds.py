@@ -2,8 +2,11 @@
 each, table-driven (one test per behaviour, parametrized over the kinds, never a copy per
 kind), and RBAC per kind: deploy/'s components grant exactly what a kind turned on needs.
 
-The operator runs as deploy/'s ServiceAccount with deploy/'s RBAC plus the kinds'
-components, applied for real, as a user would install them.
+The kinds are the built-in ones and a custom resource, example.com/v1/Widget, whose CRD
+(namespaced, a spec of any fields, a status subresource) the module installs. The operator
+runs as deploy/'s ServiceAccount with deploy/'s RBAC plus the kinds' components (the
+widget's: deploy/components/custom-resource-example), applied for real, as a user would
+install them.
 """
 
 from __future__ import annotations
@@ -32,13 +35,18 @@ from configmirror.vocabulary import OPTIONAL, Kind
 from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, events
 from configmirror_testing.installs import deploy_with_components
-from configmirror_testing.objects import KIND_CONTENTS, of_kind
+from configmirror_testing.objects import KIND_CONTENTS, WIDGET, of_kind
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.wait import wait_for
 
 pytestmark = pytest.mark.controlplane
-KINDS = sorted(OPTIONAL)
+BUILT_IN = sorted(OPTIONAL)
+ALL: dict[str, Kind] = {**OPTIONAL, WIDGET.flag: WIDGET}
+KINDS = [*BUILT_IN, WIDGET.flag]
 COMPONENTS = REPO / "deploy" / "components"
+# Each kind's component under deploy/components, and the --kinds it appends.
+FOLDERS = {**{name: name for name in BUILT_IN}, WIDGET.flag: "custom-resource-example"}
+FLAGS = {**{name: name for name in BUILT_IN}, WIDGET.flag: "example.com/v1/Widget"}
 NAME = "team-default"
 
 
@@ -110,28 +118,76 @@ def _annotations(obj: dict[str, Any]) -> dict[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
 
 
+def crd(plural: str, kind: str, scope: str = "Namespaced") -> dict[str, Any]:
+    """A CustomResourceDefinition of group example.com, version v1: a spec of any fields and
+    a status subresource."""
+    fields = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.example.com"},
+            "spec": {"group": "example.com", "scope": scope,
+                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind,
+                               "listKind": f"{kind}List"},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "subresources": {"status": {}},
+                                   "schema": {"openAPIV3Schema": {
+                                       "type": "object",
+                                       "properties": {"spec": fields, "status": fields}}}}]}}
+
+
+def install_crd(cluster: Cluster, body: dict[str, Any]) -> None:
+    """`body` created (or kept, from an earlier run against this API server) and served:
+    established, and its kind in discovery."""
+    raw = Objects(cluster, WIDGET)._call  # requests on any path, as the admin
+    try:
+        raw("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+    spec = body["spec"]
+    path = f"/apis/{spec['group']}/{spec['versions'][0]['name']}"
+
+    def served() -> bool:
+        try:
+            found = raw("GET", path)
+        except client.ApiException:
+            return False
+        return any(r["kind"] == spec["names"]["kind"] for r in found.get("resources") or ())
+    wait_for(served, timeout=30, what=f"{body['metadata']['name']} served")
+
+
 @pytest.fixture(scope="module")
-def kinds_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
-                     ) -> Iterator[Path]:
+def widget_crd(cluster: Cluster) -> None:
+    """The custom resource's CRD, installed once (cluster-scoped; kept for the run)."""
+    install_crd(cluster, crd("widgets", "Widget"))
+
+
+@pytest.fixture(scope="module")
+def kinds_kubeconfig(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
+                     widget_crd: None) -> Iterator[Path]:
     """deploy/ with every kind's component applied for real; a kubeconfig holding only a
     token of its ServiceAccount."""
     with deploy_with_components(
-            cluster, tmp_path_factory.mktemp("kinds-install"), list(KINDS),
-            [Path(kind) / "rbac.yaml" for kind in KINDS]) as kubeconfig:
+            cluster, tmp_path_factory.mktemp("kinds-install"), list(FOLDERS.values()),
+            [Path(folder) / "rbac.yaml" for folder in FOLDERS.values()]) as kubeconfig:
         yield kubeconfig
 
 
 @pytest.fixture
 def start(operators: Operators, kinds_kubeconfig: Path) -> Any:
     def start(*flags: str) -> OperatorProcess:
-        return operators(*(f"--kinds={kind}" for kind in KINDS), "--bindable-roles=view",
-                         *flags, kubeconfig=kinds_kubeconfig)
+        return operators(*(f"--kinds={flag}" for flag in FLAGS.values()),
+                         "--bindable-roles=view", *flags, kubeconfig=kinds_kubeconfig)
     return start
 
 
 @pytest.fixture(params=KINDS)
 def kind(request: pytest.FixtureRequest) -> Kind:
-    return OPTIONAL[request.param]
+    return ALL[request.param]
+
+
+def kubectl_name(kind: Kind) -> str:
+    """The resource as kubectl names it: `networkpolicies`, `widgets.example.com`."""
+    return f"{kind.plural}.{kind.resource.group}" if kind.custom else kind.plural
 
 
 # -- the contract, for every kind ----------------------------------------------------------------
@@ -250,10 +306,11 @@ def test_plan_status_and_wait_name_a_source_as_kind_ns_name(
     objects.create(source, KIND_CONTENTS[kind.flag][0], {REPLICATE_TO: team})
     ref = f"{kind.flag}/{source}/{NAME}"
     # Judge with these flags (no operator publishes a policy in the source's namespace).
-    flags = (f"--kinds={kind.flag}", "--bindable-roles=view", "--operator-namespace", source)
+    flags = (f"--kinds={FLAGS[kind.flag]}", "--bindable-roles=view", "--operator-namespace",
+             source)
     done = command("wait", ref, "--timeout=30s", *flags, kubeconfig=cluster.kubeconfig)
     assert done.returncode == 0, done.stderr
-    done = command("status", "-n", source, f"{kind.plural}/{NAME}", "-o", "json", *flags,
+    done = command("status", "-n", source, f"{kubectl_name(kind)}/{NAME}", "-o", "json", *flags,
                    kubeconfig=cluster.kubeconfig)
     assert done.returncode == 0, done.stderr
     (status,) = json.loads(done.stdout)["sources"]
@@ -275,7 +332,7 @@ RESOURCES = {"networkpolicy": "networkpolicies.networking.k8s.io",
              "limitrange": "limitranges", "resourcequota": "resourcequotas",
              "role": "roles.rbac.authorization.k8s.io",
              "rolebinding": "rolebindings.rbac.authorization.k8s.io",
-             "serviceaccount": "serviceaccounts"}
+             "serviceaccount": "serviceaccounts", WIDGET.flag: "widgets.example.com"}
 
 
 @pytest.mark.parametrize("name", KINDS)
@@ -295,18 +352,18 @@ def test_a_kinds_component_grants_exactly_the_verbs_configmirror_uses(
 
 def test_every_component_names_its_kind_in_its_flag_and_its_rbac_only() -> None:
     for name in KINDS:
-        folder = COMPONENTS / name
+        folder = COMPONENTS / FOLDERS[name]
         patch = yaml.safe_load((folder / "kustomization.yaml").read_text())["patches"][0]
         flags = [op["value"] for op in yaml.safe_load(patch["patch"])]
         (role,) = [d for d in yaml.safe_load_all((folder / "rbac.yaml").read_text())
                    if d["kind"] == "ClusterRole"]
-        resource = OPTIONAL[name].resource
+        resource = ALL[name].resource
         kind_rule, *bind = role["rules"]
         assert kind_rule == {"apiGroups": [resource.group], "resources": [resource.plural],
                              "verbs": ["list", "watch", "create", "update", "patch",
                                        "delete"]}
         if name != "rolebinding":
-            assert (flags, bind) == ([f"--kinds={name}"], [])
+            assert (flags, bind) == ([f"--kinds={FLAGS[name]}"], [])
             continue
         (rule,) = bind  # bind on exactly the roles the flag lists
         assert flags[0] == f"--kinds={name}" and flags[1].startswith("--bindable-roles=")
@@ -364,3 +421,72 @@ def test_a_role_granting_what_the_operator_does_not_hold_is_an_invalid_spec_not_
     assert objects.read(team) is None
     assert events(cluster, source, NAME, "ReplicationFailed") == []
     assert operator.metric("configmirror_replica_writes_total") == 0
+
+
+# -- a custom resource: its spec, never its status; resolved at start or not at all ----------
+
+def test_a_custom_resources_status_is_never_copied_and_its_change_writes_nothing(
+        cluster: Cluster, namespaces: Namespaces, start: Any) -> None:
+    objects = Objects(cluster, WIDGET)
+    first, _ = KIND_CONTENTS[WIDGET.flag]
+    source, team = namespaces(), namespaces()
+    operator = start()
+    objects.create(source, first, {REPLICATE_TO: team})
+    objects.wait_copy(team, source)
+    operator.wait_idle()
+    written = operator.writes()
+    seen = operator.metric("configmirror_informer_events_total", resource="widgets",
+                           type="MODIFIED")
+    # Its controller's status, through the status subresource: the source's resourceVersion
+    # moves, its spec does not.
+    before = objects.read(source)
+    assert before is not None
+    objects._call("PATCH", WIDGET.resource.item(source, NAME) + "/status",
+                  {"status": {"ready": True, "observedGeneration": 1}},
+                  "application/merge-patch+json")
+    after = objects.read(source)
+    assert after is not None and after["status"]["ready"] is True
+    assert after["metadata"]["resourceVersion"] != before["metadata"]["resourceVersion"]
+    wait_for(lambda: operator.metric("configmirror_informer_events_total", resource="widgets",
+                                     type="MODIFIED") > seen,
+             what="the operator to see the status change")
+    operator.wait_idle()
+    replica = objects.read(team)
+    assert replica is not None and "status" not in replica
+    assert objects.content(replica) == first
+    assert operator.writes() == written, "a status change is no change of what is copied"
+
+
+def run_at_start(kinds: str, cluster: Cluster) -> subprocess.CompletedProcess[str]:
+    """`configmirror run --kinds=KINDS` as the admin: what it says, once it has exited."""
+    return command("run", f"--kinds={kinds}", "--metrics-bind-address=0",
+                   "--health-probe-bind-address=0", kubeconfig=cluster.kubeconfig)
+
+
+@pytest.mark.parametrize(("kinds", "said"), [
+    ("example.com/v1/Gadget", "--kinds: example.com/v1/Gadget: gadgets.example.com is "
+                              "cluster-scoped; configmirror replicates namespaced kinds only"),
+    ("example.com/v1/Sprocket", "--kinds: example.com/v1/Sprocket: example.com/v1 has no kind "
+                                "Sprocket"),
+    ("nowhere.example.com/v1/Widget", "--kinds: nowhere.example.com/v1/Widget: the API server "
+                                      "serves no nowhere.example.com/v1 (is its "
+                                      "CustomResourceDefinition installed?)"),
+])
+def test_a_cluster_scoped_or_unknown_custom_resource_stops_the_operator_at_start_naming_it(
+        cluster: Cluster, widget_crd: None, kinds: str, said: str) -> None:
+    install_crd(cluster, crd("gadgets", "Gadget", scope="Cluster"))
+    done = run_at_start(f"networkpolicy,{kinds}", cluster)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == f"configmirror: {said}\n"
+
+
+def test_a_command_naming_a_custom_resource_not_turned_on_says_which_are(
+        cluster: Cluster, namespaces: Namespaces, widget_crd: None) -> None:
+    space = namespaces()
+    done = command("status", f"gadgets.example.com/{space}/{NAME}", "--kinds=example.com/v1/Widget",
+                   "--operator-namespace", space, kubeconfig=cluster.kubeconfig)
+    assert done.returncode == 1
+    assert done.stderr.endswith("\nconfigmirror: 'gadgets.example.com': the operator's --kinds "
+                                "names no such custom resource (it names "
+                                "example.com/v1/Widget)\n"), done.stderr
+    assert "Traceback" not in done.stderr
