@@ -2,7 +2,8 @@
 
 `FakeKube.request` answers as the API server would for one resource's objects (`resource`,
 ConfigMaps by default) held in `objects` by "namespace/name": create (409 if it exists),
-update and delete with their resourceVersion preconditions (409), update of an immutable
+update and delete with their resourceVersion preconditions (409; an update that names no
+resourceVersion is unconditional, as the API server allows for these), update of an immutable
 object (422), a JSON merge patch of metadata and top-level fields (releasing, marking or
 adopting a replica), 404 for what is not there. Requests for other resources (Events)
 succeed with an empty answer. Every request is recorded with its options (`requests`); a
@@ -122,7 +123,7 @@ class FakeKube:
         if verb == "get":
             return copy.deepcopy(stored)
         if verb == "update":
-            if body["metadata"].get("resourceVersion") != version:
+            if body["metadata"].get("resourceVersion") not in (None, "", version):
                 raise ApiError(409, "Conflict", "the object has been modified", verb, path)
             if stored.get("immutable"):
                 raise ApiError(422, "Invalid", "field is immutable", verb, path)
