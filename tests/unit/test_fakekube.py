@@ -1,14 +1,15 @@
 """configmirror_testing's FakeKube, where it answers by logic of its own: what an update's
-resourceVersion asks of the server."""
+resourceVersion asks of the server, and a server that holds its answers."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 
 from configmirror.kube import ApiError
-from configmirror_testing.fakekube import FakeKube
+from configmirror_testing.fakekube import HOLD_LIMIT, FakeKube
 
 PATH = "/api/v1/namespaces/a/configmaps/cfg"
 
@@ -43,3 +44,30 @@ def test_an_update_naming_another_version_is_a_conflict_and_writes_nothing() -> 
         kube.request("update", PATH, body=body(resourceVersion="4"))
     assert raised.value.status == 409
     assert kube.objects["a/cfg"]["data"] == {"k": "old"} and not kube.writes
+
+
+def test_a_held_request_is_recorded_at_once_and_answered_only_once_released() -> None:
+    release = threading.Event()
+    kube = held()
+    kube.held = release
+    answers: list[dict[str, Any]] = []
+    asking = threading.Thread(target=lambda: answers.append(kube.request("get", PATH)))
+    asking.start()
+    try:
+        assert kube.holding.wait(10)
+        seen: list[list[str]] = []  # read from a thread of its own: a blocked read fails
+        reader = threading.Thread(target=lambda: seen.append(kube.verbs()))
+        reader.start()
+        reader.join(HOLD_LIMIT / 2)
+        assert seen == [["get"]], "the request is seen while it waits"
+        assert answers == [] and asking.is_alive()
+    finally:
+        release.set()
+        asking.join(10)
+    assert not asking.is_alive() and answers[0]["data"] == {"k": "old"}
+
+
+def test_a_request_not_held_never_says_it_is_holding() -> None:
+    kube = held()
+    kube.request("get", PATH)
+    assert not kube.holding.is_set()
