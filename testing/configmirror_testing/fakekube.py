@@ -2,12 +2,15 @@
 
 `FakeKube.request` answers as the API server would for one resource's objects (`resource`,
 ConfigMaps by default) held in `objects` by "namespace/name": create (409 if it exists),
-update and delete with their resourceVersion preconditions (409), update of an immutable
+update and delete with their resourceVersion preconditions (409; an update that names no
+resourceVersion is unconditional, as the API server allows for these), update of an immutable
 object (422), a JSON merge patch of metadata and top-level fields (releasing, marking or
 adopting a replica), 404 for what is not there. Requests for other resources (Events)
 succeed with an empty answer. Every request is recorded with its options (`requests`); a
 test queues the failures the next requests get (`failures`, None for one that succeeds), and
-reads each write with what it replaced and when (`writes`, on `clock`).
+reads each write with what it replaced and when (`writes`, on `clock`). A server slow to
+answer: with `held` an unset Event, each request is recorded, sets `holding`, and waits (up
+to HOLD_LIMIT seconds) until the test sets `held` before it is answered.
 
 `admission` is what the server's mutating admission (a MutatingAdmissionPolicy, a webhook)
 does to each object written in a namespace, before it is stored: every create, update and
@@ -28,6 +31,9 @@ from typing import Any, NamedTuple
 
 from configmirror.clock import Clock, FakeClock
 from configmirror.kube import ApiError
+
+HOLD_LIMIT = 10.0
+"""The longest a held request waits for its release (a test that forgets it still ends)."""
 
 Admission = Callable[[dict[str, Any]], None]
 """What mutating admission does to an object being written (in place)."""
@@ -82,12 +88,19 @@ class FakeKube:
     failures: list[ApiError | None] = field(default_factory=list)
     writes: list[Write] = field(default_factory=list)
     admission: Mapping[str, Admission] = field(default_factory=dict)  # namespace -> admission
+    held: threading.Event | None = None
+    holding: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def request(self, verb: str, path: str, query: Any = None, body: Any = None,
                 **options: Any) -> dict[str, Any]:
         with self._lock:
             self.requests.append(Request(verb, path, copy.deepcopy(body), options))
+            held = self.held
+        if held is not None:  # waits unlocked: the test reads the requests meanwhile
+            self.holding.set()
+            held.wait(HOLD_LIMIT)
+        with self._lock:
             if self.failures and (failure := self.failures.pop(0)) is not None:
                 raise failure
             parts = path.strip("/").split("/")  # api v1 namespaces NS RESOURCE [NAME]
@@ -122,7 +135,7 @@ class FakeKube:
         if verb == "get":
             return copy.deepcopy(stored)
         if verb == "update":
-            if body["metadata"].get("resourceVersion") != version:
+            if body["metadata"].get("resourceVersion") not in (None, "", version):
                 raise ApiError(409, "Conflict", "the object has been modified", verb, path)
             if stored.get("immutable"):
                 raise ApiError(422, "Invalid", "field is immutable", verb, path)

@@ -7,7 +7,6 @@ import re
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -347,15 +346,8 @@ def test_the_events_are_reported_by_the_instance_given_or_else_the_host() -> Non
 
 
 def test_pending_counts_the_queue_the_open_tallies_and_the_event_being_written() -> None:
-    server, clock = FakeKube(), FakeClock()
-    entered, release = threading.Event(), threading.Event()
-
-    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        entered.set()
-        release.wait(10)
-        return {}
-
-    server.request = slow  # type: ignore[method-assign]
+    release = threading.Event()
+    server, clock = FakeKube(held=release), FakeClock()
     events = EventRecorder(server, clock=clock)  # type: ignore[arg-type]
     events.warning(A, "InFlight", "1")
     events.warning(B, "Queued", "2")
@@ -363,7 +355,7 @@ def test_pending_counts_the_queue_the_open_tallies_and_the_event_being_written()
     assert events.pending() == 3
     events.start()
     try:
-        assert entered.wait(10)
+        assert server.holding.wait(10)
         assert events.pending() == 3, "one being written, one queued, one tally"
     finally:
         release.set()
@@ -373,23 +365,13 @@ def test_pending_counts_the_queue_the_open_tallies_and_the_event_being_written()
 
 def test_stop_gives_up_on_a_server_too_slow_to_take_the_rest(
         caplog: pytest.LogCaptureFixture) -> None:
-    server = FakeKube()
-    entered, release = threading.Event(), threading.Event()
-    requests: list[str] = []
-
-    def hangs(verb: str, path: str, query: Any = None, body: Any = None,
-              **_options: Any) -> dict[str, Any]:
-        requests.append(body["reason"])
-        entered.set()
-        release.wait(10)
-        return {}
-
-    server.request = hangs  # type: ignore[method-assign]
+    release = threading.Event()
+    server = FakeKube(held=release)
     events = EventRecorder(server, clock=FakeClock())  # type: ignore[arg-type]
     for reason in ("First", "Second", "Third"):
         events.warning(A, reason, "1")
     events.start()
-    assert entered.wait(10)
+    assert server.holding.wait(10)
     writer_alive_after_stop: list[bool] = []
 
     def stop() -> None:
@@ -403,7 +385,8 @@ def test_stop_gives_up_on_a_server_too_slow_to_take_the_rest(
     release.set()  # the write in flight ends; stop joins the writer after it
     done.join(10)
     assert writer_alive_after_stop == [False], "stop returns once its writer has ended"
-    assert requests == ["First"], "the Events given up on are never sent"
+    assert [r.body["reason"] for r in server.written()] == ["First"], \
+        "the Events given up on are never sent"
 
 
 def test_stop_with_the_server_down_ends_the_writer_after_one_more_try() -> None:

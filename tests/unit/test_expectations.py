@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pytest_mock import MockerFixture
-
 from configmirror.clock import FakeClock
 from configmirror.events import EventRecorder
-from configmirror.kube import Kube
 from configmirror.memory import Expectations, Memory
 from configmirror.model import CachedObject, Caches
 from configmirror.replicator import Replicator
@@ -16,6 +13,7 @@ from configmirror.spec import REPLICATE_TO
 from configmirror.store import Store
 from configmirror.vocabulary import CONFIGMAP
 from configmirror_testing.builders import SCOPE, cached
+from configmirror_testing.fakekube import FakeKube
 
 
 def obj(rv: str, content_hash: str = "h") -> CachedObject:
@@ -122,12 +120,12 @@ def test_another_version_other_content_or_a_delete_is_not_an_echo() -> None:
 
 
 def test_the_replicator_takes_only_a_replica_for_an_echo_never_a_source_or_a_foreign_object(
-        mocker: MockerFixture) -> None:
+        ) -> None:
     memory = Memory(lambda key: 0, 0.0, FakeClock())
     expectations = memory.expectations
-    replicator = Replicator(mocker.create_autospec(Kube, instance=True),
-                            Caches(Store(), Store(), CONFIGMAP), SCOPE,
-                            mocker.create_autospec(EventRecorder, instance=True), memory)
+    kube = FakeKube()
+    recorder = EventRecorder(kube, clock=FakeClock())  # never started: it writes nothing
+    replicator = Replicator(kube, Caches(Store(), Store(), CONFIGMAP), SCOPE, recorder, memory)
     written = obj("11")
     source = replace(written, compiled=cached({"metadata": {
         "namespace": "a", "name": "cfg", "annotations": {REPLICATE_TO: "b"}}}).compiled)
@@ -137,3 +135,4 @@ def test_the_replicator_takes_only_a_replica_for_an_echo_never_a_source_or_a_for
         assert replicator.echo(other) is False, other
     assert replicator.echo(written) is True
     assert replicator.echo(written) is False, "an echo ends the expectation"
+    assert not kube.written() and recorder.pending() == 0, "telling an echo asks nothing"

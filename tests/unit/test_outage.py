@@ -1,13 +1,12 @@
 """The outage: one view, for every part of the operator, of whether the API server answers; a
-backoff begun in an outage ends with it, and the outage's probe sees its end (a fake clock
-and a stand-in probe, no Kubernetes)."""
+backoff begun in an outage ends with it, and the outage's probe sees its end (a fake clock,
+a stand-in probe, configmirror_testing's FakeKube answering /readyz; no Kubernetes)."""
 
 from __future__ import annotations
 
 import random
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
@@ -21,6 +20,7 @@ from configmirror.outage import (
     readyz,
     served,
 )
+from configmirror_testing.fakekube import FakeKube, Request
 from configmirror_testing.wait import wait_for
 
 
@@ -200,18 +200,6 @@ def test_an_outage_without_a_probe_has_no_thread() -> None:
 # -- what counts as an answer ------------------------------------------------------------------
 
 
-class ReadyzServer:
-    def __init__(self, failure: ApiError | None) -> None:
-        self.failure = failure
-        self.asked: list[tuple[str, str, dict[str, Any]]] = []
-
-    def request(self, verb: str, path: str, **options: Any) -> dict[str, Any]:
-        self.asked.append((verb, path, options))
-        if self.failure is not None:
-            raise self.failure
-        return {"message": "ok"}
-
-
 def error(status: int) -> ApiError:
     return ApiError(status, "x", "x", "get", "/readyz")
 
@@ -221,10 +209,10 @@ def error(status: int) -> ApiError:
     (error(0), False), (error(429), False), (error(500), False), (error(503), False)])
 def test_readyz_ends_an_outage_only_when_it_says_ready(failure: ApiError | None,
                                                        answers: bool) -> None:
-    server = ReadyzServer(failure)
+    server = FakeKube(failures=[failure])
     probe: Callable[[], bool] = readyz(server)  # type: ignore[arg-type]
     assert probe() is answers
-    assert server.asked == [("get", "/readyz", {"timeout": PROBE_TIMEOUT})]
+    assert server.written() == [Request("get", "/readyz", None, {"timeout": PROBE_TIMEOUT})]
 
 
 @pytest.mark.parametrize(("err", "unanswered"), [

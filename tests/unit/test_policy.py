@@ -6,17 +6,16 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pytest_mock import MockerFixture
 
 from configmirror.cli import _given as given_in
 from configmirror.cli import _parser
 from configmirror.clock import FakeClock
-from configmirror.kube import ApiError, Kube
+from configmirror.kube import ApiError
 from configmirror.policy import (
     POLICY,
+    PUBLISHED_BY,
     PolicyError,
     Published,
     Publisher,
@@ -26,6 +25,7 @@ from configmirror.policy import (
     policy_name,
 )
 from configmirror.settings import Settings
+from configmirror_testing.fakekube import FakeKube, Write
 from configmirror_testing.wait import wait_for
 
 # deploy/deployment.yaml's policy flags.
@@ -150,54 +150,82 @@ def _given(argv: list[str]) -> dict[str, str]:
     return given_in(_parser().parse_args(argv))
 
 
-def written(version: str) -> dict[str, Any]:
-    return {"metadata": {"resourceVersion": version}}
+POLICY_PATH = "/api/v1/namespaces/configmirror/configmaps/configmirror-policy"
 
 
-def test_a_policy_not_there_yet_is_created(mocker: MockerFixture) -> None:
-    kube = mocker.create_autospec(Kube, instance=True)
-    kube.request.side_effect = [ApiError(404, "NotFound", "", "update", "p"), written("7"), {}]
+def version_of(write: Write) -> str:
+    assert write.after is not None
+    return str(write.after["metadata"]["resourceVersion"])
+
+
+def test_a_policy_not_there_yet_is_created() -> None:
+    kube = FakeKube()
     publisher = Publisher(kube, DEPLOYED, "configmirror", "me")
     publisher.publish()
-    assert [c.args[:2] for c in kube.request.call_args_list] == [
-        ("update", "/api/v1/namespaces/configmirror/configmaps/configmirror-policy"),
-        ("create", "/api/v1/namespaces/configmirror/configmaps")]
+    assert [r[:2] for r in kube.written()] == [
+        ("update", POLICY_PATH), ("create", "/api/v1/namespaces/configmirror/configmaps")]
+    (created,) = kube.writes
     publisher.stop()  # deletes the version it wrote, and only that
-    assert kube.request.call_args.args[0] == "delete"
-    assert kube.request.call_args.kwargs["body"]["preconditions"] == {"resourceVersion": "7"}
+    delete = kube.written()[-1]
+    assert delete.verb == "delete"
+    assert delete.body["preconditions"] == {"resourceVersion": version_of(created)}
+    assert "configmirror/configmirror-policy" not in kube.objects
 
 
-def test_a_refused_write_is_raised_not_created(mocker: MockerFixture) -> None:
-    kube = mocker.create_autospec(Kube, instance=True)
-    kube.request.side_effect = ApiError(403, "Forbidden", "no", "update", "p")
+def test_a_policy_written_since_by_someone_else_is_not_withdrawn() -> None:
+    kube = FakeKube()
+    publisher = Publisher(kube, DEPLOYED, "configmirror", "me")
+    publisher.publish()
+    theirs = Publisher(kube, DEPLOYED, "configmirror", "next")
+    theirs.publish()  # the next leader's, over ours
+    publisher.stop()
+    assert kube.written()[-1].verb == "delete", "asked, with ours as its precondition"
+    stored = kube.objects["configmirror/configmirror-policy"]
+    assert stored["metadata"]["annotations"][PUBLISHED_BY] == "next"
+
+
+def test_a_refused_write_is_raised_not_created() -> None:
+    kube = FakeKube(failures=[ApiError(403, "Forbidden", "no", "update", "p")])
     with pytest.raises(ApiError):
         Publisher(kube, DEPLOYED, "configmirror", "me").publish()
-    assert kube.request.call_count == 1
+    assert len(kube.written()) == 1 and not kube.objects
 
 
-def test_a_publisher_that_never_published_withdraws_nothing(mocker: MockerFixture) -> None:
-    kube = mocker.create_autospec(Kube, instance=True)
+def test_a_publisher_that_never_published_withdraws_nothing() -> None:
+    kube = FakeKube()
     Publisher(kube, DEPLOYED, "configmirror", "me").stop()
-    kube.request.assert_not_called()
+    assert not kube.written()
+
+
+UNAVAILABLE = ApiError(503, "ServiceUnavailable", "", "update", "p")
+
+
+def published_before(clock: FakeClock, failures: list[ApiError | None]) -> FakeKube:
+    """A server holding an earlier leader's policy (so each publish is one update), whose
+    next requests get `failures`."""
+    kube = FakeKube(clock=clock)
+    Publisher(kube, DEPLOYED, "configmirror", "before").publish()
+    kube.forget()
+    kube.writes.clear()
+    kube.failures = failures
+    return kube
 
 
 def test_an_unanswered_publish_backs_off_is_logged_once_then_refreshes(
-        mocker: MockerFixture, caplog: pytest.LogCaptureFixture) -> None:
-    kube = mocker.create_autospec(Kube, instance=True)
-    unavailable = ApiError(503, "ServiceUnavailable", "", "update", "p")
-    kube.request.side_effect = [unavailable] * 7 + [written("3"), written("3"), {}]
+        caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock(0.0)
+    kube = published_before(clock, [UNAVAILABLE] * 7)
     publisher = Publisher(kube, DEPLOYED, "configmirror", "me", clock)
     with caplog.at_level(logging.INFO, "configmirror.policy"):
         publisher.start()
         try:
             # 1 s after the first failure, doubling up to 30 s; 60 s after a success.
             for attempt, pause in enumerate([1, 2, 4, 8, 16, 30, 30, 60], start=1):
-                wait_for(lambda n=attempt: clock.waiters() == 1 and kube.request.call_count == n,
+                wait_for(lambda n=attempt: clock.waiters() == 1 and len(kube.written()) == n,
                          what=f"attempt {attempt} to wait")
                 assert clock.wake_times() == [clock.now() + pause], attempt
                 clock.step(pause)
-            wait_for(lambda: kube.request.call_count == 9, what="the refresh")
+            wait_for(lambda: len(kube.written()) == 9, what="the refresh")
         finally:
             publisher.stop()
     assert not publisher._thread or not publisher._thread.is_alive(), "stop() joins its thread"
@@ -205,8 +233,31 @@ def test_an_unanswered_publish_backs_off_is_logged_once_then_refreshes(
     assert len(warnings) == 1 and "cannot publish the policy" in warnings[0].getMessage()
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
         "published the policy to configmap configmirror/configmirror-policy"]
-    assert kube.request.call_args.args[0] == "delete"
-    assert kube.request.call_args.kwargs["body"]["preconditions"] == {"resourceVersion": "3"}
+    assert [r[:2] for r in kube.written()] == [("update", POLICY_PATH)] * 9 + [
+        ("delete", POLICY_PATH)]
+    refreshed = kube.writes[1]
+    assert kube.written()[-1].body["preconditions"] == {
+        "resourceVersion": version_of(refreshed)}, "the version it wrote last"
+    assert [w.verb for w in kube.writes] == ["update", "update", "delete"]
+
+
+def test_after_a_success_the_next_outage_backs_off_from_the_start_and_is_logged_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = FakeClock(0.0)
+    kube = published_before(clock, [UNAVAILABLE, None, UNAVAILABLE])
+    publisher = Publisher(kube, DEPLOYED, "configmirror", "me", clock)
+    with caplog.at_level(logging.INFO, "configmirror.policy"):
+        publisher.start()
+        try:
+            for attempt, pause in enumerate([1, 60, 1], start=1):  # not 2: the success reset it
+                wait_for(lambda n=attempt: clock.waiters() == 1 and len(kube.written()) == n,
+                         what=f"attempt {attempt} to wait")
+                assert clock.wake_times() == [clock.now() + pause], attempt
+                clock.step(pause)
+        finally:
+            publisher.stop()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, "once per outage: the second is a new one"
 
 
 def test_the_commands_adopt_as_the_operator_does() -> None:

@@ -24,9 +24,10 @@ from configmirror.replicator import Replicator, redacted
 from configmirror.settings import DEFAULT_EXCLUDED
 from configmirror.spec import REPLICATE_TO, Scope
 from configmirror.store import Store
-from configmirror.vocabulary import CONFIGMAP, SECRET
+from configmirror.vocabulary import CONFIGMAP, ROLE, SECRET
 from configmirror_testing.builders import cached, ns, source
 from configmirror_testing.fakekube import FakeKube
+from configmirror_testing.objects import of_kind
 
 
 def replicator(mocker: MockerFixture, status: int, watching: bool
@@ -141,3 +142,68 @@ def test_a_cut_error_keeps_all_but_its_message_and_an_uncut_one_is_returned_as_i
     assert (changed.status, changed.reason, changed.message, changed.verb, changed.path,
             changed.retry_after) == (429, "TooManyRequests", "slow down: [redacted]", "update",
                                      "/p", 3.0)
+
+
+# -- RBAC's escalation check: a Role (or RoleBinding) the operator may not grant ------------
+
+ESCALATION = ('roles.rbac.authorization.k8s.io "reader" is forbidden: user "system:'
+              'serviceaccount:configmirror:configmirror" (groups=["system:authenticated"]) '
+              'is attempting to grant RBAC permissions not currently held:\n'
+              '{APIGroups:[""], Resources:["secrets"], Verbs:["get"]}')
+
+
+def role_replicator(mocker: MockerFixture, refusal: ApiError
+                    ) -> tuple[Replicator, FakeKube, EventRecorder]:
+    objects = Store(object_indexers())
+    namespaces: Store[Namespace] = Store()
+    body = of_kind(ROLE, "reader", {"rules": [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]},
+        {REPLICATE_TO: "a"}, namespace="src")
+    body["metadata"].update(uid="u-src", resourceVersion="10")
+    src = cached(body, ROLE)
+    objects.upsert(src.key, src)
+    for name in ("src", "a"):
+        namespaces.upsert(name, ns(name))
+    kube = FakeKube(resource=ROLE.plural, failures=[refusal])
+    recorder = mocker.create_autospec(EventRecorder, instance=True)
+    return Replicator(kube, Caches(objects, namespaces, ROLE),
+                      Scope.from_flags("*", DEFAULT_EXCLUDED), recorder,
+                      Memory(lambda key: 0, 0.0, FakeClock())), kube, recorder
+
+
+def test_a_role_the_operator_may_not_grant_is_the_sources_invalid_spec_told_once_not_retried(
+        mocker: MockerFixture) -> None:
+    r, kube, recorder = role_replicator(
+        mocker, ApiError(403, "Forbidden", ESCALATION, "create", "/p"))
+    result = r.reconcile(target_key(ROLE, "a", "reader"))  # no error: nothing to retry
+    assert not result.changed and not result.requeue_after
+    assert kube.verbs() == ["create"]
+    ((ref, reason, message),) = [c.args for c in recorder.warning.call_args_list]
+    assert (ref.namespace, ref.name, reason) == ("src", "reader", "InvalidSpec"), \
+        "on the source: its fault, not the operator's rights"
+    assert message.startswith("create Role a/reader: the API server refuses the operator a "
+                              "Role that grants permissions it does not hold itself (RBAC's "
+                              "escalation check): ")
+    assert "not currently held" in message
+    kube.failures.append(ApiError(403, "Forbidden", ESCALATION, "create", "/p"))
+    r.reconcile(target_key(ROLE, "a", "reader"))
+    assert kube.verbs() == ["create", "create"] and not kube.failures, "refused again"
+    assert recorder.warning.call_count == 1, "once per version of the source"
+
+
+@pytest.mark.parametrize("status", [401, 404, 422])
+def test_only_a_403_is_read_as_the_escalation_check(mocker: MockerFixture, status: int) -> None:
+    r, _, recorder = role_replicator(
+        mocker, ApiError(status, "Reason", ESCALATION, "create", "/p"))
+    with pytest.raises(ReconcileError):
+        r.reconcile(target_key(ROLE, "a", "reader"))
+    assert all(c.args[1] != "InvalidSpec" for c in recorder.warning.call_args_list)
+
+
+def test_a_403_that_is_not_the_escalation_check_is_the_operators_own_refusal(
+        mocker: MockerFixture) -> None:
+    r, _, recorder = role_replicator(
+        mocker, ApiError(403, "Forbidden", "cannot create roles", "create", "/p"))
+    with pytest.raises(Forbidden, match="create Role a/reader forbidden: cannot create roles"):
+        r.reconcile(target_key(ROLE, "a", "reader"))
+    assert [c.args[1] for c in recorder.warning.call_args_list] == ["ReplicationFailed"]
