@@ -387,8 +387,9 @@ def foreign_mirror(raw: Mapping[str, Any], kind: Kind, labels: Mapping[str, str]
                                     *(payload.get("binaryData") or {})])
     if found is None:
         return None
-    return Mirror(found[0], found[1], payload_digest(payload), payload["immutable"], dict(labels),
-                  dict(annotations))
+    # Only a ConfigMap's or Secret's payload has `immutable`; a mirror of another kind is not.
+    return Mirror(found[0], found[1], payload_digest(payload), bool(payload.get("immutable")),
+                  dict(labels), dict(annotations))
 
 
 def replica_object(raw: Mapping[str, Any], kind: Kind, replica_of: str) -> CachedObject:

@@ -401,16 +401,17 @@ def _adoption(namespace: str, name: str, current: CachedObject, mirror: Mirror,
                                f"which adopts it; this one is left out")
                       for c in candidates if c is not owner)
     payload = owner.compiled.payload
-    if mirror.payload == payload_digest(payload) and (payload["immutable"]
+    if mirror.payload == payload_digest(payload) and (payload.get("immutable")
                                                        or not mirror.immutable):
         action = Action("adopt", namespace, name, current.resource_version,
                         f"{mirror.tool}'s mirror, with the source's content: one patch, its "
                         f"marks out, ours in", owner.key, adopts=mirror.tool)
     else:
-        # A mirror someone made immutable cannot change: it is recreated; any other is
-        # updated (turning `immutable` on, when the source is, is allowed).
-        change: ActionKind = "recreate" if mirror.immutable or current.type != payload.get(
-            "type", "") else "update"
+        # A mirror someone made immutable cannot change: it is recreated, as is one whose
+        # fixed field (a Secret's type, a RoleBinding's roleRef) is not the source's; any other
+        # is updated (turning `immutable` on, when the source is, is allowed).
+        change: ActionKind = ("recreate" if mirror.immutable
+                              or current.type != owner.compiled.fixed else "update")
         action = Action(change, namespace, name, current.resource_version,
                         f"adopts {mirror.tool}'s mirror, whose content differs from the "
                         f"source", owner.key, adopts=mirror.tool)

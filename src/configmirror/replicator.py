@@ -314,7 +314,7 @@ class Replicator:
         compiled = owner.compiled
         assert compiled is not None
         patch = adoption_patch(mirror, compiled.labels, compiled.annotations,
-                               bool(compiled.payload["immutable"]), action.resource_version)
+                               bool(compiled.payload.get("immutable")), action.resource_version)
         written = self._kube.request(
             "patch", self._kind.resource.item(action.namespace, action.name), body=patch,
             content_type="application/merge-patch+json")

@@ -4,6 +4,7 @@ by the one decision (plan.decide), and the one patch that does it."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from configmirror.plan import decide
 from configmirror.replicator import Replicator, replicated_message
 from configmirror.spec import ADOPT, DEFAULT_EXCLUDED, REPLICATE_TO, InvalidSpec, Scope
 from configmirror.status import KindView, source_status
-from configmirror.vocabulary import CONFIGMAP, SECRET
+from configmirror.vocabulary import CONFIGMAP, ROLEBINDING, SECRET
 from configmirror_testing import othertools
 from configmirror_testing.builders import (
     AT_ONCE,
@@ -293,3 +294,35 @@ def test_a_secrets_mirror_is_adopted_when_data_and_type_are_the_sources(tool: st
     # A Secret's type cannot change in place: a mirror of another type is recreated.
     assert retyped.action is not None and (retyped.action.kind, retyped.action.adopts) == (
         "recreate", tool)
+
+
+def test_a_rolebinding_mirror_with_the_sources_roleref_is_updated_and_another_recreated() -> None:
+    # A RoleBinding's roleRef cannot change in place (Kind.fixed): a mirror (another tool's
+    # marks) whose subjects differ but whose roleRef is the source's is updated; one bound to
+    # another role is recreated. The fixed field is the kind's, not a Secret's `type`, and a
+    # payload without `immutable` (every kind but ConfigMap and Secret) is read as mutable.
+    rules = dataclasses.replace(DEFAULT_RULES, bindable_roles=frozenset({"view", "edit"}))
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}
+    subjects = [{"kind": "Group", "name": "readers", "apiGroup": "rbac.authorization.k8s.io"}]
+
+    def binding(namespace: str, annotations: dict[str, str], role_ref: dict[str, str],
+                members: list[dict[str, str]]) -> CachedObject:
+        return object_from_json({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"namespace": namespace, "name": "readers", "uid": f"u-{namespace}",
+                         "resourceVersion": "7", "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "annotations": annotations},
+            "roleRef": role_ref, "subjects": members}, rules, ROLEBINDING)
+
+    marks = {RF_REFLECTS: "src/readers"}
+    src = binding("src", {REPLICATE_TO: "a,b", ADOPT: REFLECTOR}, ref, subjects)
+    same, other = binding("a", marks, ref, []), binding("b", marks, {**ref, "name": "edit"},
+                                                         subjects)
+    assert same.mirror is not None and not same.mirror.immutable
+    w = world([src, same, other], [ns("a"), ns("b"), ns("src")], ROLEBINDING)
+    updated = decide("a", "readers", w.get("a/readers"), w, SCOPE, AT_ONCE)
+    rebound = decide("b", "readers", w.get("b/readers"), w, SCOPE, AT_ONCE)
+    assert updated.action is not None and (updated.action.kind, updated.action.adopts) == (
+        "update", REFLECTOR)
+    assert rebound.action is not None and (rebound.action.kind, rebound.action.adopts) == (
+        "recreate", REFLECTOR)
