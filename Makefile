@@ -201,6 +201,7 @@ bench: $(STAMP) ## benchmarks; each prints ratios against baselines measured in 
 	cd bench && ../$(PY) bench_kopf.py --sources 200 --namespaces $(if $(BENCH_QUICK),5,50) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_memory.py $(if $(BENCH_QUICK),--configmaps 1000 --namespaces 10 --wide-namespaces 500) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_secret_memory.py $(BENCH_ARGS)
+	cd bench && ../$(PY) bench_kinds.py --namespaces $(WIDE_NS) $(if $(BENCH_QUICK),--objects 30 --runs 1 --idle-seconds 10) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_faults.py $(if $(BENCH_QUICK),--namespaces 20 --repeats 1 --quiet-minutes 2 --storm-namespaces 100) $(BENCH_ARGS)
 	cd bench && ../$(PY) plot.py
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory image && \

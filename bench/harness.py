@@ -32,7 +32,7 @@ from configmirror.model import REPLICA_LABEL
 from configmirror.plan import desired_body
 from configmirror.settings import Settings
 from configmirror.spec import REPLICATE_TO
-from configmirror.vocabulary import CONFIGMAP
+from configmirror.vocabulary import CONFIGMAP, CONFIGMAPS, Resource
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.objects import cached
 from configmirror_testing.operator import OperatorProcess
@@ -83,11 +83,12 @@ class BenchCluster:
         if self.plane is not None:
             self.plane.stop()
 
-    def namespaces(self, prefix: str, count: int, threads: int = 16) -> list[str]:
+    def namespaces(self, prefix: str, count: int, threads: int = 16,
+                   labels: dict[str, str] | None = None) -> list[str]:
         names = [f"{prefix}-{i:03d}" for i in range(count)]
-        parallel(lambda name: self.kube.request("create", "/api/v1/namespaces",
-                                                body={"metadata": {"name": name}}),
-                 names, threads)
+        parallel(lambda name: self.kube.request(
+            "create", "/api/v1/namespaces",
+            body={"metadata": {"name": name, "labels": labels or {}}}), names, threads)
         return names
 
     def create_sources(self, namespace: str, count: int, targets: str,
@@ -225,10 +226,12 @@ def writes(counts: Counter[tuple[str, str]] | None, resource: str = "configmaps"
 
 
 class ReplicaWatcher:
-    """Watches replicas (by label) and records when each was added or changed."""
+    """Watches replicas (by label) of one resource, ConfigMaps unless told, and records when
+    each was added or changed."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, resource: Resource = CONFIGMAPS) -> None:
         self._kube = kube
+        self._collection = resource.collection()
         self._lock = threading.Lock()
         self.added: list[float] = []  # time of every ADDED
         self.versions: dict[str, tuple[str, float]] = {}  # key -> (data "v", time seen)
@@ -237,7 +240,7 @@ class ReplicaWatcher:
         self.last_reached: dict[str, float] = {}  # v -> when the latest replica first held it
         self._live: set[str] = set()
         self._stop = threading.Event()
-        body = kube.request("list", "/api/v1/configmaps", {"labelSelector": REPLICA_SELECTOR})
+        body = kube.request("list", self._collection, {"labelSelector": REPLICA_SELECTOR})
         for item in body["items"]:
             self._live.add(_key(item))
         self._rv = body["metadata"]["resourceVersion"]
@@ -248,7 +251,7 @@ class ReplicaWatcher:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self._stream = self._kube.watch("/api/v1/configmaps", {
+                self._stream = self._kube.watch(self._collection, {
                     "labelSelector": REPLICA_SELECTOR, "resourceVersion": self._rv,
                     "allowWatchBookmarks": "true", "timeoutSeconds": 600}, read_timeout=660)
                 for event in self._stream:
@@ -304,7 +307,7 @@ class Session:
 
     def __init__(self, kubeconfig: str | None) -> None:
         self.cluster = BenchCluster(kubeconfig)
-        self._watcher: ReplicaWatcher | None = None
+        self._watchers: dict[Resource, ReplicaWatcher] = {}
         self._operators: list[OperatorProcess] = []
 
     def __enter__(self) -> Session:
@@ -313,16 +316,20 @@ class Session:
     def __exit__(self, *_: object) -> None:
         for operator in self._operators:
             operator.stop()
-        if self._watcher is not None:
-            self._watcher.stop()
+        for watcher in self._watchers.values():
+            watcher.stop()
         self.cluster.close()
 
     @property
     def watcher(self) -> ReplicaWatcher:
-        """Watches replicas from the moment it is first asked for."""
-        if self._watcher is None:
-            self._watcher = ReplicaWatcher(self.cluster.kube)
-        return self._watcher
+        """Watches ConfigMap replicas from the moment it is first asked for."""
+        return self.watch(CONFIGMAPS)
+
+    def watch(self, resource: Resource) -> ReplicaWatcher:
+        """Watches `resource`'s replicas from the moment it is first asked for."""
+        if resource not in self._watchers:
+            self._watchers[resource] = ReplicaWatcher(self.cluster.kube, resource)
+        return self._watchers[resource]
 
     def operator(self, workers: int, *flags: str, env: dict[str, str] | None = None
                  ) -> OperatorProcess:
@@ -589,12 +596,12 @@ def cpu_snapshot(session: Session, operator: OperatorProcess) -> tuple[float, fl
 
 def operator_run(session: Session, operator: OperatorProcess, workers: int, total: int,
                  since: float, before: tuple[float, float | None] | None = None,
-                 timeout: float = 900) -> tuple[Run, float]:
-    """Wait until `total` replicas exist, then until the operator is idle; its Run (audit
-    window of its creates; its CPU and the server's from `before`, default now, to idle)
-    and the wall seconds from `since`. Call it once the operator is ready: its start-up CPU
-    is not a write's."""
-    watcher = session.watcher
+                 timeout: float = 900, resource: Resource = CONFIGMAPS) -> tuple[Run, float]:
+    """Wait until `total` replicas (of `resource`) exist, then until the operator is idle;
+    its Run (audit window of its creates; its CPU and the server's from `before`, default
+    now, to idle) and the wall seconds from `since`. Call it once the operator is ready:
+    its start-up CPU is not a write's."""
+    watcher = session.watch(resource)
     cpu_before, server = before or cpu_snapshot(session, operator)
     mark = time.time() - (time.monotonic() - since) - 1  # `since` on the audit log's clock
     wait(lambda: watcher.live() >= total, timeout, "configmirror's replicas")
@@ -602,7 +609,7 @@ def operator_run(session: Session, operator: OperatorProcess, workers: int, tota
     session.idle(operator, 300)
     cpu = operator.cpu_seconds() - cpu_before
     server = _delta(session.cluster.server_cpu(), server)
-    window = session.cluster.window("configmirror/", "create", mark, total)
+    window = session.cluster.window("configmirror/", "create", mark, total, resource.plural)
     curve = watcher.curve(since)
     span = curve[-1][0] - curve[0][0] if len(curve) > 1 else wall
     return Run("configmirror", workers, window[0] if window else total,
