@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from kubernetes import client
 
 from configmirror.model import DEFAULT_RULES, CachedObject, object_from_json
 from configmirror.vocabulary import CONFIGMAP, Kind, Resource
+from configmirror_testing.wait import wait_for
 
 
 def configmap(name: str, annotations: dict[str, str] | None = None,
@@ -107,3 +109,52 @@ def token_kubeconfig(base: Path, token: str, path: Path) -> Path:
         context["context"]["user"] = "token-user"
     path.write_text(yaml.safe_dump(doc))
     return path
+
+
+def crd(plural: str, kind: str, scope: str = "Namespaced") -> dict[str, Any]:
+    """A CustomResourceDefinition of group example.com, version v1: a spec of any fields and
+    a status subresource."""
+    fields = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.example.com"},
+            "spec": {"group": "example.com", "scope": scope,
+                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind,
+                               "listKind": f"{kind}List"},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "subresources": {"status": {}},
+                                   "schema": {"openAPIV3Schema": {
+                                       "type": "object",
+                                       "properties": {"spec": fields, "status": fields}}}}]}}
+
+
+def admin_call(api: client.ApiClient, method: str, path: str, body: Any = None,
+               content_type: str = "application/json") -> Any:
+    """One request on any REST path through `api` (the admin's client), its JSON answer."""
+    request = api.param_serialize(
+        method, path, body=body, auth_settings=["BearerToken"],
+        header_params={"Content-Type": content_type, "Accept": "application/json"})
+    response = api.call_api(*request, _request_timeout=10)
+    response.read()
+    if not 200 <= response.status < 300:
+        raise client.ApiException(http_resp=response)
+    return json.loads(response.data)
+
+
+def install_crd(api: client.ApiClient, body: dict[str, Any]) -> None:
+    """`body` created (or kept, from an earlier run against this API server) and served:
+    established, and its kind in discovery."""
+    try:
+        admin_call(api, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
+    except client.ApiException as err:
+        if err.status != 409:
+            raise
+    spec = body["spec"]
+    path = f"/apis/{spec['group']}/{spec['versions'][0]['name']}"
+
+    def served() -> bool:
+        try:
+            found = admin_call(api, "GET", path)
+        except client.ApiException:
+            return False
+        return any(r["kind"] == spec["names"]["kind"] for r in found.get("resources") or ())
+    wait_for(served, timeout=30, what=f"{body['metadata']['name']} served")

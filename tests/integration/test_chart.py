@@ -39,6 +39,7 @@ from configmirror_testing.installs import (
     check_status_follows_policy,
     service_account,
 )
+from configmirror_testing.objects import crd, install_crd
 from configmirror_testing.wait import WaitTimeout, wait_for
 
 pytestmark = pytest.mark.controlplane
@@ -460,6 +461,53 @@ def test_a_release_without_kinds_holds_no_permission_on_any_other_kind(
     done = cluster.require_plane().kubectl("auth", "can-i", verb, resource, *scope,
                                            kubeconfig=secrets_rbac, check=False)
     assert done.stdout.strip() == "no", done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def widget_rbac(cluster: Cluster, helm: Helm,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A kubeconfig of the ServiceAccount of a release installed with one custom resource
+    turned on (example.com/v1/Widget, resource widgets): its RBAC as the API server applies
+    it. The CRD is installed (kept for the run, as test_kinds does) so that kubectl resolves
+    widgets.example.com to its group, as the operator's requests name it."""
+    folder = tmp_path_factory.mktemp("widget-release")
+    namespaces = Namespaces(cluster, "t-chart-widget")
+    release = unique_name("widgets")
+    widget = {"group": "example.com", "version": "v1", "kind": "Widget", "resource": "widgets"}
+    install_crd(cluster.api_client, crd("widgets", "Widget"))
+    try:
+        namespace = namespaces(NAMESPACE_LABELS)
+        helm("install", release, str(CHART), "--namespace", namespace,
+             *values_file({"kinds": [widget]}, folder), kubeconfig=cluster.kubeconfig)
+        try:
+            yield cluster.token_kubeconfig(namespace, f"{release}-configmirror",
+                                           folder / "kubeconfig")
+        finally:
+            helm("uninstall", release, "--namespace", namespace, kubeconfig=cluster.kubeconfig)
+    finally:
+        namespaces.cleanup()
+
+
+@pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [
+    ("list", "widgets.example.com", None, True),
+    ("watch", "widgets.example.com", None, True),
+    *[(verb, "widgets.example.com", "default", True)
+      for verb in ("create", "update", "patch", "delete")],
+    # Exactly the verbs configmirror uses: not one object read by name, not a collection
+    # deleted; and the plural in no other group, nor any other plural of its group.
+    ("get", "widgets.example.com", "default", False),
+    ("deletecollection", "widgets.example.com", "default", False),
+    ("create", "widgets.example.org", "default", False),
+    ("create", "gadgets.example.com", "default", False),
+    ("list", "networkpolicies.networking.k8s.io", None, False),
+])
+def test_a_release_with_a_custom_resource_holds_exactly_its_verbs_on_it_and_nothing_else(
+        cluster: Cluster, widget_rbac: Path, verb: str, resource: str, namespace: str | None,
+        allowed: bool) -> None:
+    scope = ["--namespace", namespace] if namespace else ["--all-namespaces"]
+    done = cluster.require_plane().kubectl("auth", "can-i", verb, resource, *scope,
+                                           kubeconfig=widget_rbac, check=False)
+    assert done.stdout.strip() == ("yes" if allowed else "no"), done.stdout + done.stderr
 
 
 @pytest.mark.parametrize(("verb", "resource", "namespace", "allowed"), [

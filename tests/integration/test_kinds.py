@@ -35,7 +35,14 @@ from configmirror.vocabulary import OPTIONAL, Kind
 from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, events
 from configmirror_testing.installs import deploy_with_components
-from configmirror_testing.objects import KIND_CONTENTS, WIDGET, of_kind
+from configmirror_testing.objects import (
+    KIND_CONTENTS,
+    WIDGET,
+    admin_call,
+    crd,
+    install_crd,
+    of_kind,
+)
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.wait import wait_for
 
@@ -59,14 +66,7 @@ class Objects:
 
     def _call(self, method: str, path: str, body: Any = None,
               content_type: str = "application/json") -> Any:
-        request = self.api.param_serialize(
-            method, path, body=body, auth_settings=["BearerToken"],
-            header_params={"Content-Type": content_type, "Accept": "application/json"})
-        response = self.api.call_api(*request, _request_timeout=10)
-        response.read()
-        if not 200 <= response.status < 300:
-            raise client.ApiException(http_resp=response)
-        return json.loads(response.data)
+        return admin_call(self.api, method, path, body, content_type)
 
     def create(self, namespace: str, fields: dict[str, Any],
                annotations: dict[str, str] | None = None, name: str = NAME) -> Any:
@@ -118,47 +118,10 @@ def _annotations(obj: dict[str, Any]) -> dict[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
 
 
-def crd(plural: str, kind: str, scope: str = "Namespaced") -> dict[str, Any]:
-    """A CustomResourceDefinition of group example.com, version v1: a spec of any fields and
-    a status subresource."""
-    fields = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.example.com"},
-            "spec": {"group": "example.com", "scope": scope,
-                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind,
-                               "listKind": f"{kind}List"},
-                     "versions": [{"name": "v1", "served": True, "storage": True,
-                                   "subresources": {"status": {}},
-                                   "schema": {"openAPIV3Schema": {
-                                       "type": "object",
-                                       "properties": {"spec": fields, "status": fields}}}}]}}
-
-
-def install_crd(cluster: Cluster, body: dict[str, Any]) -> None:
-    """`body` created (or kept, from an earlier run against this API server) and served:
-    established, and its kind in discovery."""
-    raw = Objects(cluster, WIDGET)._call  # requests on any path, as the admin
-    try:
-        raw("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
-    except client.ApiException as err:
-        if err.status != 409:
-            raise
-    spec = body["spec"]
-    path = f"/apis/{spec['group']}/{spec['versions'][0]['name']}"
-
-    def served() -> bool:
-        try:
-            found = raw("GET", path)
-        except client.ApiException:
-            return False
-        return any(r["kind"] == spec["names"]["kind"] for r in found.get("resources") or ())
-    wait_for(served, timeout=30, what=f"{body['metadata']['name']} served")
-
-
 @pytest.fixture(scope="module")
 def widget_crd(cluster: Cluster) -> None:
     """The custom resource's CRD, installed once (cluster-scoped; kept for the run)."""
-    install_crd(cluster, crd("widgets", "Widget"))
+    install_crd(cluster.api_client, crd("widgets", "Widget"))
 
 
 @pytest.fixture(scope="module")
@@ -474,7 +437,7 @@ def run_at_start(kinds: str, cluster: Cluster) -> subprocess.CompletedProcess[st
 ])
 def test_a_cluster_scoped_or_unknown_custom_resource_stops_the_operator_at_start_naming_it(
         cluster: Cluster, widget_crd: None, kinds: str, said: str) -> None:
-    install_crd(cluster, crd("gadgets", "Gadget", scope="Cluster"))
+    install_crd(cluster.api_client, crd("gadgets", "Gadget", scope="Cluster"))
     done = run_at_start(f"networkpolicy,{kinds}", cluster)
     assert done.returncode == 1, done.stderr
     assert done.stderr == f"configmirror: {said}\n"
