@@ -134,9 +134,10 @@ def admin_call(api: client.ApiClient, method: str, path: str, body: Any = None,
         method, path, body=body, auth_settings=["BearerToken"],
         header_params={"Content-Type": content_type, "Accept": "application/json"})
     response = api.call_api(*request, _request_timeout=10)
-    response.read()
+    response.read()  # type: ignore[no-untyped-call]
     if not 200 <= response.status < 300:
         raise client.ApiException(http_resp=response)
+    assert response.data is not None
     return json.loads(response.data)
 
 
