@@ -35,24 +35,17 @@ if [ "$store" = docker ] && [ "$arch" != "$native" ]; then
   echo "base-image: Docker cannot hold a $arch image made here (docker import records $native): use --buildah" >&2
   exit 1
 fi
-if { [ "$store" = docker ] && docker image inspect "$image" >/dev/null 2>&1; } \
-   || { [ "$store" = buildah ] && buildah inspect --type image "$image" >/dev/null 2>&1; }; then
-  echo "$image"
-  exit 0
-fi
-# One build of an image at a time (the image's tests, the release tier and the node tier's
-# release may all want it at once): the one that waited finds it built.
+built() {
+  { [ "$store" = docker ] && docker image inspect "$image" >/dev/null 2>&1; } \
+    || { [ "$store" = buildah ] && buildah inspect --type image "$image" >/dev/null 2>&1; }
+}
+# Found, or built once under a lock (the image's tests, the release tier and the node tier's
+# release may all want it at once): the one that waited finds it built (hack/lib/cache.sh).
 # shellcheck source=hack/lib/cache.sh
 source "$(dirname "$0")/lib/cache.sh"
-lock=$(cache_dir base-image)
-mkdir -p "$lock"
-exec 9>"$lock/${image//[^A-Za-z0-9._-]/_}.$store.lock"
-flock 9
-if { [ "$store" = docker ] && docker image inspect "$image" >/dev/null 2>&1; } \
-   || { [ "$store" = buildah ] && buildah inspect --type image "$image" >/dev/null 2>&1; }; then
-  echo "$image"
-  exit 0
-fi
+cache_init base-image
+cache_or_lock "$image" "$(cache_dir base-image "${image//[^A-Za-z0-9._-]/_}.$store")" \
+  "hack/base-image.sh" built
 if ! command -v mmdebstrap >/dev/null; then
   echo "base-image: mmdebstrap is missing (apt-get install mmdebstrap)" >&2
   exit 1
