@@ -55,6 +55,11 @@ BOOKMARK_BOUND = BOOKMARK_PERIOD + 5.0  # 2.25 s of the server's own jitter, and
 SILENCE_CHECK = 30.0
 PROBE_GRACE = 5.0  # after a probe saw events, how long the watch has to deliver them too
 PROBE_READ_TIMEOUT = 10.0
+# A probe goes out on an idle pooled connection when there is one (a new TLS connection every
+# 30 s per silent watch was most of the idle CPU of an operator with many kinds on, issue 40),
+# and on a new connection when that one does not answer within this: a probe must not be
+# fooled by a silent connection any more than the watch it checks.
+PROBE_HEAD_TIMEOUT = 2.0
 VERY_SHORT_WATCH = "VeryShortWatch"  # the reason of a watch that ended at once, eventless
 
 
@@ -63,7 +68,7 @@ class WatchLiveness:
 
     Silence alone proves nothing before a watch's first bookmark (see BOOKMARK_PERIOD), so
     a watch silent for SILENCE_CHECK seconds is checked by a probe: a short watch from the
-    same resourceVersion on a new connection. If the server has events the watch did not
+    same resourceVersion on another connection. If the server has events the watch did not
     deliver, and it does not deliver them within PROBE_GRACE either, the watch is dead. A
     watch that has had a bookmark is dead when the next is BOOKMARK_BOUND late (then it is
     probed once per silence only); any watch is dead once well past its own timeout.
@@ -395,14 +400,15 @@ class Informer(Generic[T]):
         return True
 
     def _probe_finds_events(self) -> bool:
-        """Whether a short watch from our resourceVersion, on a new connection, gets any
+        """Whether a short watch from our resourceVersion, on another connection (a pooled
+        one that answers within PROBE_HEAD_TIMEOUT, else a new one), gets any
         event (so ours should have had it too). False when the probe fails: an unreachable
         server says nothing about this connection."""
         result = "error"
         try:
             probe = self._kube.watch(self._path, {
                 **self._query, "resourceVersion": self.resource_version, "timeoutSeconds": 1},
-                read_timeout=PROBE_READ_TIMEOUT)
+                read_timeout=PROBE_READ_TIMEOUT, reuse=PROBE_HEAD_TIMEOUT)
         except ApiError as err:
             found = err.status == 410  # our version is too old: ours should have said so
             result = "missed" if found else result

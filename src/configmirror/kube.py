@@ -347,14 +347,16 @@ class Kube:
                 raise error
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def watch(self, path: str, query: dict[str, Any], read_timeout: float) -> WatchStream:
+    def watch(self, path: str, query: dict[str, Any], read_timeout: float,
+              reuse: float | None = None) -> WatchStream:
         """Open a watch stream; the caller iterates its events and closes it. `read_timeout`
-        bounds each wait for the server's next byte."""
+        bounds each wait for the server's next byte. With `reuse`, an idle pooled connection
+        is tried first, given that many seconds to answer (transport.Connections.stream)."""
         target = _target(path, {**query, "watch": "true"})
         self._wait_for_turn()
         try:
             stream = self._connections.stream("GET", target, self._headers(None),
-                                              min(read_timeout, REQUEST_TIMEOUT))
+                                              min(read_timeout, REQUEST_TIMEOUT), reuse)
         except (OSError, http.client.HTTPException) as err:
             self._count("watch", path, 0)
             raise ApiError(0, "ConnectionError", str(err) or type(err).__name__, "watch",

@@ -278,18 +278,38 @@ class Connections:
         return resp
 
     def stream(self, method: str, target: str, headers: dict[str, str],
-               timeout: float) -> Stream:
+               timeout: float, reuse: float | None = None) -> Stream:
         """A request whose answer is read as it comes (a watch), on a connection of its own.
-        `timeout` bounds the connect and the wait for the answer's head."""
-        conn = self._connect(timeout)
+        `timeout` bounds the connect and the wait for the answer's head. With `reuse` (a
+        short watch: an informer's probe), an idle connection is taken first when there is
+        one, and a new one dialled only when that one says nothing within `reuse` seconds (a
+        silent connection: the other idle ones are dropped too, as in request()), and the
+        stream, once read to its end, gives its connection back to the pool when closed."""
+        head = self._head(method, target, headers, None)
+        if reuse is not None:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is not None:
+                before = conn.reader.received
+                try:
+                    return self._send_for_stream(conn, head, method, min(reuse, timeout), True)
+                except (OSError, http.client.HTTPException) as err:
+                    if isinstance(err, TimeoutError) and conn.reader.received == before:
+                        self.discard_idle()
+        return self._send_for_stream(self._connect(timeout), head, method, timeout,
+                                     reuse is not None)
+
+    def _send_for_stream(self, conn: _Connection, head: bytes, method: str,
+                         timeout: float, give_back: bool) -> Stream:
         try:
             conn.sock.settimeout(timeout)
-            conn.sock.sendall(self._head(method, target, headers, None))
-            head = conn.reader.head()
+            conn.timeout = timeout
+            conn.sock.sendall(head)
+            answer = conn.reader.head()
         except BaseException:
             conn.close()
             raise
-        return Stream(conn, method, head)
+        return Stream(conn, method, answer, self if give_back else None)
 
     def discard_idle(self) -> int:
         """Close every idle connection (the next requests dial new ones); returns how many."""
@@ -739,8 +759,10 @@ class _Body:
 class Stream:
     """An answer read as it arrives, on a connection of its own (a watch)."""
 
-    def __init__(self, conn: _Connection, method: str, head: Head) -> None:
+    def __init__(self, conn: _Connection, method: str, head: Head,
+                 pool: Connections | None = None) -> None:
         self._conn = conn
+        self._pool = pool  # where the connection goes back to after a body read to its end
         self.status = head.status
         self.reason = head.reason
         self.retry_after = head.retry_after
@@ -760,7 +782,9 @@ class Stream:
         on after that."""
         if self._body.ended:
             return b""
-        self._conn.sock.settimeout(timeout)
+        if self._conn.timeout != timeout:
+            self._conn.sock.settimeout(timeout)
+            self._conn.timeout = timeout
         return self._body.read(self._conn.reader)
 
     def read_all(self, timeout: float) -> bytes:
@@ -776,6 +800,10 @@ class Stream:
             if self._closed:
                 return
             self._closed = True
+        if self._pool is not None and self._body.ended and self._body.reusable \
+                and not self._conn.reader.buffered():
+            self._pool._give_back(self._conn)  # read to its end: nothing is reading it
+            return
         with contextlib.suppress(OSError):  # not connected any more: nothing to wake
             self._conn.sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked on it
         self._conn.close()

@@ -376,6 +376,7 @@ class Server:
     def __init__(self) -> None:
         self.ports: list[int] = []
         self.hang_up_next = False  # close the connection after the next answer, unannounced
+        self.mute_port: int | None = None  # a GET from this client port is never answered
         self.hung_up = threading.Event()
         self.released = threading.Event()  # ends every wait of the handlers
         self.chunks: list[bytes] = []
@@ -401,6 +402,10 @@ class Server:
 
             def do_GET(self) -> None:
                 outer.ports.append(self.client_address[1])
+                if self.client_address[1] == outer.mute_port:
+                    outer.released.wait(10)
+                    self.close_connection = True
+                    return
                 if self.path == "/hang":
                     outer.released.wait(10)
                     self.close_connection = True
@@ -690,6 +695,63 @@ def test_closing_a_stream_from_another_thread_ends_a_read_blocked_on_it(
     reader.join(5)
     assert not reader.is_alive(), "close() woke the read"
     stream.close()  # twice is fine
+
+
+def read_to_end(stream: Stream) -> bytes:
+    return stream.read_all(5)
+
+
+def test_a_stream_with_reuse_goes_out_on_the_idle_connection_and_gives_it_back_at_its_end(
+        server: Server, connections: Connections) -> None:
+    post(connections)
+    stream = connections.stream("GET", "/stream", {}, 5, reuse=2)
+    server.send(b"event")
+    server.send(b"")
+    assert read_to_end(stream) == b"event"
+    assert connections.idle() == 0, "in use until closed"
+    stream.close()
+    assert connections.idle() == 1, "read to its end: back in the pool"
+    post(connections)
+    assert len(server.ports) == 3 and len(set(server.ports)) == 1, "one connection for all three"
+
+
+def test_a_stream_without_reuse_dials_its_own_connection_and_closes_it_at_its_end(
+        server: Server, connections: Connections) -> None:
+    post(connections)
+    stream = connections.stream("GET", "/stream", {}, 5)
+    server.send(b"")
+    read_to_end(stream)
+    sock = stream._conn.sock
+    stream.close()
+    assert len(set(server.ports)) == 2, "a connection of its own"
+    assert connections.idle() == 1 and sock.fileno() == -1, "a watch's connection is not pooled"
+
+
+def test_a_stream_closed_before_its_end_closes_its_connection(
+        server: Server, connections: Connections) -> None:
+    post(connections)
+    stream = connections.stream("GET", "/stream", {}, 5, reuse=2)
+    server.send(b"event")
+    assert stream.read(5) == b"event"
+    sock = stream._conn.sock
+    stream.close()
+    assert connections.idle() == 0, "a stream cut short is never reused"
+    assert sock.fileno() == -1, "its socket is closed"
+
+
+def test_a_stream_whose_reused_connection_is_silent_goes_out_on_a_new_one_and_drops_the_idle(
+        server: Server, connections: Connections) -> None:
+    two_idle_connections(connections)
+    server.mute_port = connections._idle[-1].sock.getsockname()[1]  # the one taken next
+    started = time.monotonic()
+    stream = connections.stream("GET", "/stream", {}, 5, reuse=0.3)
+    try:
+        assert 0.3 <= time.monotonic() - started < 4, "the silent one was given `reuse` seconds"
+        assert stream.status == 200
+        assert connections.idle() == 0, "a silent idle connection: the others are dropped too"
+        assert len(set(server.ports)) == 3, "the stream went out on a connection of its own"
+    finally:
+        stream.close()
 
 
 def test_a_stream_framed_by_its_length_ends_there() -> None:
