@@ -145,7 +145,8 @@ def _parser() -> argparse.ArgumentParser:
                f"repeated): configmap always, and {', '.join(OPTIONAL)}, or a namespaced "
                f"custom resource as {CUSTOM_SYNTAX} (resolved through discovery at start), "
                "each only when named (otherwise it is never read: RBAC comes per kind); a "
-               "custom resource's replicas copy its spec, never its status; sources of every "
+               "custom resource's replicas copy its spec (or the top-level fields named after "
+               "it, each after a colon), never its status; sources of every "
                "kind only where --source-namespaces and --source-namespace-selector allow",
                repeat=True)
         _add(p, "--bindable-roles", d.bindable_roles, "the roles (names, comma-separated) a "

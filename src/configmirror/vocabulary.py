@@ -117,7 +117,12 @@ SHORT_NAMES = {"networkpolicy": ("netpol",), "limitrange": ("limits",),
 _CUSTOM = re.compile(r"(?P<group>[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+)"
                      r"/(?P<version>v[0-9]+((alpha|beta)[0-9]+)?)/(?P<kind>[A-Za-z][A-Za-z0-9]*)",
                      re.ASCII)
-CUSTOM_SYNTAX = "GROUP/VERSION/Kind, e.g. example.com/v1/Widget"
+CUSTOM_SYNTAX = "GROUP/VERSION/Kind[:FIELD...], e.g. example.com/v1/Widget or " \
+    "example.com/v1/Widget:spec:settings"
+# A top-level field a custom resource's replica may copy (its default: spec alone). Never what
+# the API server or the object's own controller writes, nor what makes it an object.
+_FIELD = re.compile(r"[A-Za-z][A-Za-z0-9_]*", re.ASCII)
+NEVER_COPIED = frozenset({"apiVersion", "kind", "metadata", "status"})
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,7 @@ class CustomName:
     group: str
     version: str
     kind: str  # as written; discovery matches it without regard to case
+    fields: tuple[str, ...] = ("spec",)  # what a replica copies, sorted (the hash's order)
 
     def __str__(self) -> str:
         return f"{self.group}/{self.version}/{self.kind}"
@@ -138,20 +144,33 @@ class CustomName:
 
 
 def custom_name(text: str) -> CustomName | None:
-    """`example.com/v1/Widget` as a CustomName; None when `text` has no `/` (a built-in
-    kind's name). Raises ValueError saying what is wrong with one that has."""
+    """`example.com/v1/Widget` (a replica copies its spec) or `example.com/v1/Widget:spec:
+    settings` (the top-level fields named) as a CustomName; None when `text` has no `/` (a
+    built-in kind's name). Raises ValueError saying what is wrong with one that has."""
     if "/" not in text:
         return None
-    found = _CUSTOM.fullmatch(text.strip())
+    name, *fields = text.strip().split(":")
+    found = _CUSTOM.fullmatch(name)
     if found is None or len(found["group"]) > 253:
         raise ValueError(f"not {CUSTOM_SYNTAX}")
-    return CustomName(found["group"], found["version"], found["kind"])
+    if not fields:
+        fields = ["spec"]
+    for field in fields:
+        if not _FIELD.fullmatch(field):
+            raise ValueError(f"not {CUSTOM_SYNTAX}: {field!r} is no top-level field name")
+        if field in NEVER_COPIED:
+            raise ValueError(f"naming {field}, which a replica never copies (the API server's "
+                             f"or the object's controller's; a replica copies spec or the "
+                             f"fields named)")
+    return CustomName(found["group"], found["version"], found["kind"],
+                      tuple(sorted(set(fields))))
 
 
 def custom_kind(name: CustomName, resources: Mapping[str, Any] | None) -> Kind:
     """The Kind `name` is, from the API server's discovery of its group/version (the
     APIResourceList at /apis/GROUP/VERSION; None: the server serves no such group/version).
-    A replica copies its `spec`, never `status` nor the metadata the server keeps. Raises
+    A replica copies the fields `name` says (its `spec` unless it names others), never
+    `status` nor the metadata the server keeps. Raises
     ValueError naming it: missing, cluster-scoped, a subresource, or not listable and
     writable as a replica must be."""
     if resources is None:
@@ -174,7 +193,7 @@ def custom_kind(name: CustomName, resources: Mapping[str, Any] | None) -> Kind:
     if missing:
         raise ValueError(f"{name}: {entry['name']}.{name.group} does not support "
                          f"{', '.join(missing)}")
-    return Kind(Resource(str(entry["name"]), kind, name.group, name.version), ("spec",),
+    return Kind(Resource(str(entry["name"]), kind, name.group, name.version), name.fields,
                 custom=True)
 
 

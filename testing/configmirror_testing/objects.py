@@ -112,8 +112,8 @@ def token_kubeconfig(base: Path, token: str, path: Path) -> Path:
 
 
 def crd(plural: str, kind: str, scope: str = "Namespaced") -> dict[str, Any]:
-    """A CustomResourceDefinition of group example.com, version v1: a spec of any fields and
-    a status subresource."""
+    """A CustomResourceDefinition of group example.com, version v1: a spec and settings of any
+    fields, and a status subresource."""
     fields = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": f"{plural}.example.com"},
@@ -124,7 +124,8 @@ def crd(plural: str, kind: str, scope: str = "Namespaced") -> dict[str, Any]:
                                    "subresources": {"status": {}},
                                    "schema": {"openAPIV3Schema": {
                                        "type": "object",
-                                       "properties": {"spec": fields, "status": fields}}}}]}}
+                                       "properties": {"spec": fields, "settings": fields,
+                                                      "status": fields}}}}]}}
 
 
 def admin_call(api: client.ApiClient, method: str, path: str, body: Any = None,

@@ -108,6 +108,12 @@ def test_lint_strict_passes(helm: Helm, tmp_path: Path, variant: str) -> None:
      ["/kinds/0", "resource"]),
     ({"kinds": [{"group": "*", "version": "v1", "kind": "Widget", "resource": "*"}]},
      ["/kinds/0", "pattern"]),
+    ({"kinds": [{"group": "example.com", "version": "v1", "kind": "Widget",
+                 "resource": "widgets", "fields": ["spec", "status"]}]},
+     ["/kinds/0", "fields"]),
+    ({"kinds": [{"group": "example.com", "version": "v1", "kind": "Widget",
+                 "resource": "widgets", "fields": []}]},
+     ["/kinds/0", "fields"]),
 ])
 def test_schema_rejects_a_bad_value_naming_it(helm: Helm, tmp_path: Path,
                                               values: dict[str, Any], names: list[str]) -> None:
@@ -248,6 +254,13 @@ def test_a_custom_resource_becomes_its_group_version_kind_and_one_exact_cluster_
          "verbs": ["list", "watch", "create", "update", "patch", "delete"]}]
     bound = {o["roleRef"]["name"] for o in objects if o["kind"] == "ClusterRoleBinding"}
     assert "configmirror-widgets.example.com" in bound
+
+
+def test_a_custom_resources_fields_follow_its_kind_in_the_flag(helm: Helm, tmp_path: Path) -> None:
+    widget = {"group": "example.com", "version": "v1", "kind": "Widget", "resource": "widgets",
+              "fields": ["spec", "settings"]}
+    objects = documents(template(helm, tmp_path, {"kinds": [widget]}))
+    assert "--kinds=example.com/v1/Widget:spec:settings" in container(objects)["args"]
 
 
 def test_one_pod_without_leader_election_renders_no_lease_rbac(

@@ -420,6 +420,26 @@ def test_a_custom_resources_status_is_never_copied_and_its_change_writes_nothing
     assert operator.writes() == written, "a status change is no change of what is copied"
 
 
+def test_a_custom_resource_named_with_fields_copies_those_fields_and_no_other(
+        cluster: Cluster, namespaces: Namespaces, operators: Operators,
+        widget_crd: None) -> None:
+    named = Kind(WIDGET.resource, ("settings", "spec"), custom=True)
+    objects, only_spec = Objects(cluster, named), Objects(cluster, WIDGET)
+    source, team = namespaces(), namespaces()
+    operator = operators("--kinds=example.com/v1/Widget:spec:settings",
+                         kubeconfig=cluster.kubeconfig)
+    objects.create(source, {"spec": {"size": 1}, "settings": {"colour": "blue"}},
+                   {REPLICATE_TO: team})
+    replica = objects.wait_copy(team, source)
+    assert objects.content(replica) == {"spec": {"size": 1}, "settings": {"colour": "blue"}}
+    objects.patch(source, {"settings": {"colour": "green"}})
+    replica = objects.wait_copy(team, source)
+    assert replica["settings"] == {"colour": "green"}
+    assert only_spec.content(replica) == {"spec": {"size": 1}}
+    operator.wait_idle()
+    assert operator.metric("configmirror_replica_writes_total") == 2
+
+
 def run_at_start(kinds: str, cluster: Cluster) -> subprocess.CompletedProcess[str]:
     """`configmirror run --kinds=KINDS` as the admin: what it says, once it has exited."""
     return command("run", f"--kinds={kinds}", "--metrics-bind-address=0",

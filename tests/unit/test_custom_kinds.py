@@ -5,6 +5,7 @@ Against the real API server: tests/integration/test_kinds.py (a CRD it installs)
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -52,6 +53,12 @@ STATUS = {"name": "widgets/status", "singularName": "", "namespaced": True, "kin
     ("example.com/v1/Widget", WIDGETS),
     ("apps.example.com/v2beta1/WidgetSet", CustomName("apps.example.com", "v2beta1",
                                                        "WidgetSet")),
+    ("example.com/v1/Widget:spec", WIDGETS),
+    ("example.com/v1/Widget:spec:settings", CustomName("example.com", "v1", "Widget",
+                                                       ("settings", "spec"))),
+    ("example.com/v1/Widget:settings:spec:settings", CustomName("example.com", "v1", "Widget",
+                                                                ("settings", "spec"))),
+    ("example.com/v1/Widget:config", CustomName("example.com", "v1", "Widget", ("config",))),
     ("networkpolicy", None),  # a built-in kind's name
 ])
 def test_a_custom_resource_is_named_group_version_kind(text: str,
@@ -62,11 +69,40 @@ def test_a_custom_resource_is_named_group_version_kind(text: str,
 @pytest.mark.parametrize("text", [
     "example.com/Widget", "example.com/v1/Widget/x", "example/v1/Widget",  # no dot: core's
     "example.com/1/Widget", "Example.com/v1/Widget", "example.com/v1/", "/v1/Widget",
-    "example.com/v1/Wid-get",
+    "example.com/v1/Wid-get", "example.com/v1:spec/Widget",
 ])
 def test_anything_else_with_a_slash_is_refused_saying_the_form(text: str) -> None:
-    with pytest.raises(ValueError, match=r"not GROUP/VERSION/Kind, e\.g\. example\.com/v1/Widget"):
+    with pytest.raises(ValueError, match=r"^not GROUP/VERSION/Kind\[:FIELD\.\.\.\], e\.g\. "
+                                         r"example\.com/v1/Widget or example\.com/v1/Widget:spec:"
+                                         r"settings$"):
         custom_name(text)
+
+
+@pytest.mark.parametrize("field", ["", "1st", "spec.x", "sp ec", "spéc"])
+def test_a_field_that_is_no_top_level_name_is_refused_naming_it(field: str) -> None:
+    with pytest.raises(ValueError, match=f"^not GROUP/VERSION/Kind.*: {re.escape(repr(field))} "
+                                         "is no top-level field name$"):
+        custom_name(f"example.com/v1/Widget:spec:{field}")
+
+
+@pytest.mark.parametrize("field", ["status", "metadata", "apiVersion", "kind"])
+def test_a_field_a_replica_never_copies_is_refused_naming_it(field: str) -> None:
+    with pytest.raises(ValueError, match=f"^naming {field}, which a replica never copies"):
+        custom_name(f"example.com/v1/Widget:spec:{field}")
+
+
+def test_a_custom_resource_naming_fields_copies_those_and_no_spec() -> None:
+    named = custom_name("example.com/v1/Widget:settings:config")
+    assert named is not None
+    kind = custom_kind(named, resource_list(widgets()))
+    assert kind.payload == ("config", "settings")
+    body = {**raw("src", {"spec": {"a": 1}, "settings": {"b": 2}, "config": "c"},
+                  {REPLICATE_TO: "*"}), "status": {"ready": True}}
+    src = cached(body, kind)
+    assert src.compiled is not None and src.compiled.invalid is None
+    replica = desired_body(src, "team")
+    assert {k: v for k, v in replica.items() if k not in ("apiVersion", "kind", "metadata")} \
+        == {"settings": {"b": 2}, "config": "c"}
 
 
 def test_kinds_keeps_a_custom_resources_case_and_lowers_a_built_in_kinds() -> None:
