@@ -87,6 +87,23 @@ def test_a_silent_drop_of_every_connection_is_noticed_and_an_edit_lands_within_6
     assert operator.metric("configmirror_reconcile_given_up_total") == 0
 
 
+def test_a_silent_watch_is_probed_on_an_idle_connection_and_no_new_one_is_dialled(
+        cluster: Cluster, namespaces: Namespaces, proxy: FaultProxy, operators: Operators,
+        tmp_path: Path) -> None:
+    # A probe per silent watch every 30 s on a new TLS connection was most of an idle
+    # operator's CPU with many kinds on (issue 40); on a healthy wire it needs none.
+    operator = operators(kubeconfig=through(proxy, cluster.kubeconfig, tmp_path))
+    replicate(cluster, namespaces, 2)
+    operator.wait_idle()
+    dialled = proxy.accepted
+    wait_for(lambda: operator.metric("configmirror_informer_watch_probes_total",
+                                     result="nothing missed") >= 2, timeout=75, interval=1,
+             what="both watches (ConfigMaps, Namespaces) probed once silent for 30 s")
+    assert operator.metric("configmirror_informer_watch_probes_total", result="error") == 0
+    assert proxy.accepted == dialled, "the probes went out on connections already open"
+    assert operator.metric("configmirror_informer_silent_watches_total") == 0
+
+
 def test_a_reset_of_every_connection_then_an_edit_lands_within_10_s(
         cluster: Cluster, namespaces: Namespaces, proxy: FaultProxy, operators: Operators,
         tmp_path: Path) -> None:
