@@ -377,6 +377,7 @@ class Server:
         self.ports: list[int] = []
         self.hang_up_next = False  # close the connection after the next answer, unannounced
         self.mute_port: int | None = None  # a GET from this client port is never answered
+        self.drop_port: int | None = None  # a GET from this client port: closed, unanswered
         self.hung_up = threading.Event()
         self.released = threading.Event()  # ends every wait of the handlers
         self.chunks: list[bytes] = []
@@ -404,6 +405,9 @@ class Server:
                 outer.ports.append(self.client_address[1])
                 if self.client_address[1] == outer.mute_port:
                     outer.released.wait(10)
+                    self.close_connection = True
+                    return
+                if self.client_address[1] == outer.drop_port:
                     self.close_connection = True
                     return
                 if self.path == "/hang":
@@ -750,6 +754,19 @@ def test_a_stream_whose_reused_connection_is_silent_goes_out_on_a_new_one_and_dr
         assert stream.status == 200
         assert connections.idle() == 0, "a silent idle connection: the others are dropped too"
         assert len(set(server.ports)) == 3, "the stream went out on a connection of its own"
+    finally:
+        stream.close()
+
+
+def test_a_stream_whose_reused_connection_was_closed_goes_out_on_a_new_one_and_keeps_the_idle(
+        server: Server, connections: Connections) -> None:
+    two_idle_connections(connections)
+    server.drop_port = connections._idle[-1].sock.getsockname()[1]  # the one taken next
+    stream = connections.stream("GET", "/stream", {}, 5, reuse=2)
+    try:
+        assert stream.status == 200
+        assert connections.idle() == 1, "closed, not silent: the other idle one is kept"
+        assert len(set(server.ports)) == 3
     finally:
         stream.close()
 
