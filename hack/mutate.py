@@ -103,6 +103,9 @@ _DIGEST = ('return sys.intern(hashlib.blake2b(name.encode() + b"\\0" + blob, '
 _FROZEN = "no code assigns to a plan's fields; frozen only guards against a future one"
 _LOG_ONLY = "only decides a log line"
 # transport.py and kube.py (issue 24): why these survivors are equivalent.
+_REST_ONCE = (
+    'rest() reads a whole answer for request(), once, and the body is dropped after it: '
+    'nothing reads its `left` or `ended` again')
 _RECV = (
     'how many bytes one recv asks for: any size reads the same bytes, in more or fewer calls')
 _FROZEN_FIELDS = (
@@ -314,6 +317,10 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
         "after shutdown no entry is ever promoted: _waiting is cleared and adds are refused; "
         "only memory",
     # -- transport.py and kube.py (issue 24) --
+    ("transport.py", "data, self.left, self.ended = reader.exactly(self.left), 0, True",
+     "data, self.left, self.ended = reader.exactly(self.left), 0, False"): _REST_ONCE,
+    ("transport.py", "data, self.left, self.ended = reader.exactly(self.left), 0, True",
+     "data, self.left, self.ended = reader.exactly(self.left), 1, True"): _REST_ONCE,
     ("kube.py", "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 1):",
      "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 2):"):
         "the loop raises at attempt RETRY_AFTER_ATTEMPTS, before a fourth could begin",

@@ -14,6 +14,7 @@ import select
 import socket
 import socketserver
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -681,6 +682,39 @@ def test_a_silent_stream_times_out_and_can_be_read_on(
         stream.close()
 
 
+def in_receive(thread: threading.Thread) -> bool:
+    """Whether `thread` is inside _Reader.fill, which waits in the socket's receive."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "fill":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_stream_silent_between_two_chunks_reads_the_next_once_it_comes(
+        server: Server, connections: Connections) -> None:
+    stream = connections.stream("GET", "/stream", {}, 5)
+    try:
+        server.send(b"first")
+        assert stream.read(5) == b"first"
+        with pytest.raises(TimeoutError):  # its CRLF read, the next size line not yet here
+            stream.read(0.1)
+        server.send(b"second")
+        assert stream.read(5) == b"second"
+    finally:
+        stream.close()
+
+
+def test_a_stream_read_to_its_end_and_closed_reads_as_ended(
+        server: Server, connections: Connections) -> None:
+    stream = connections.stream("GET", "/stream", {}, 5)
+    server.send(b"")
+    assert stream.read(5) == b""
+    stream.close()
+    assert stream.read(1) == b"", "its socket is not touched again"
+
+
 def test_closing_a_stream_from_another_thread_ends_a_read_blocked_on_it(
         server: Server, connections: Connections) -> None:
     stream = connections.stream("GET", "/stream", {}, 5)
@@ -694,7 +728,7 @@ def test_closing_a_stream_from_another_thread_ends_a_read_blocked_on_it(
 
     reader = threading.Thread(target=read)
     reader.start()
-    wait_for(reader.is_alive, what="the reader to block")
+    wait_for(lambda: in_receive(reader), what="the reader to block in its receive")
     stream.close()
     reader.join(5)
     assert not reader.is_alive(), "close() woke the read"
