@@ -41,6 +41,7 @@ from configmirror_testing.cluster import (
 )
 from configmirror_testing.controlplane import KUBERNETES, kubernetes_version, minor_of
 from configmirror_testing.e2e import IN_CLUSTER, runs_against
+from configmirror_testing.operator import OperatorProcess
 
 # The fixtures every tier but unit shares (operators, flavours, the image, helm, kind, a
 # registry, the release): tests/fixtures.py.
@@ -97,6 +98,29 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section(f"deselected for Kubernetes {kubernetes_version()}")
         for line in VERSION_DESELECTED:
             terminalreporter.line(line)
+
+
+# The operators a test could have seen: those running when it started and those it launched.
+SEEN = pytest.StashKey[tuple[int, list[OperatorProcess]]]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[SEEN] = (len(OperatorProcess.launched),
+                        [op for op in OperatorProcess.launched if op.proc.poll() is None])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report ends with the logs of the operator processes it saw (their last
+    60 lines each): a timeout in a wait says what the operator was doing, in the CI log."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or SEEN not in item.stash:
+        return
+    first, running = item.stash[SEEN]
+    for op in dict.fromkeys([*running, *OperatorProcess.launched[first:]]):
+        report.sections.append((f"operator log {op.log_path} (its end)", op.log_tail()))
 
 
 def flavour_of(item: pytest.Item) -> str | None:

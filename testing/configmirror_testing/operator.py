@@ -8,6 +8,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from typing import ClassVar
 
 from configmirror_testing.controlplane import free_port
 from configmirror_testing.scrape import Scrape
@@ -15,7 +16,14 @@ from configmirror_testing.wait import wait_for
 
 
 class OperatorProcess:
-    """One operator process on its own ports, logging to `log`; stopped with SIGTERM."""
+    """One operator process on its own ports, logging to `log`; stopped with SIGTERM.
+
+    Every one launched is in `launched` (in order), so that a failed test's report can show
+    the logs of the operators it ran (tests/conftest.py). Each runs with Python's
+    faulthandler on: one that ignores SIGTERM is sent SIGABRT, and the stacks of all its
+    threads end up in its log, which says where it hung."""
+
+    launched: ClassVar[list[OperatorProcess]] = []
 
     def __init__(self, kubeconfig: Path | str, log: Path, *flags: str,
                  env: dict[str, str] | None = None) -> None:
@@ -29,7 +37,9 @@ class OperatorProcess:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL,
-                                         env={**os.environ, **(env or {})})
+                                         env={**os.environ, "PYTHONFAULTHANDLER": "1",
+                                              **(env or {})})
+        OperatorProcess.launched.append(self)
 
     @property
     def pid(self) -> int:
@@ -89,17 +99,32 @@ class OperatorProcess:
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)
 
-    def stop(self, timeout: float = 30) -> int:
-        """SIGTERM and wait; raises AssertionError (after a SIGKILL) if it ignores SIGTERM."""
+    def stop(self, timeout: float = 30, abort_timeout: float = 10) -> int:
+        """SIGTERM and wait; raises AssertionError if it ignores SIGTERM, after a SIGABRT
+        (faulthandler writes every thread's stack to the log: the message ends with them)
+        and, if that does not end it either, a SIGKILL."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise AssertionError(f"operator ignored SIGTERM for {timeout} s") from None
+                self.proc.send_signal(signal.SIGABRT)
+                try:
+                    self.proc.wait(abort_timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+                raise AssertionError(f"operator ignored SIGTERM for {timeout} s; its log's "
+                                     f"end, with its threads' stacks at the SIGABRT:\n"
+                                     f"{self.log()[-6000:]}") from None
         return self.proc.returncode
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The end of the log, for a failed test's report."""
+        try:
+            return "\n".join(self.log().splitlines()[-lines:])
+        except OSError as err:
+            return f"(no log: {err})"
 
     def _died(self) -> str | None:
         if self.proc.poll() is None:
