@@ -3,6 +3,7 @@ back-edge, and every module of the package has a floor in it."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -66,3 +67,30 @@ def test_every_module_has_a_floor() -> None:
     modules = {f"configmirror.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
     assert modules - floors == set(), "add the new module to a floor in pyproject.toml"
     assert floors - modules == set(), "a floor names a module that is gone"
+
+
+def imports_of_tests(source: str) -> list[str]:
+    """The modules of `tests` a file imports (test modules share only configmirror_testing)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "tests"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "tests":
+            found.append(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            found.append("." * node.level + (node.module or ""))
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    importing = {str(path.relative_to(REPO)): names
+                 for path in sorted((REPO / "tests").rglob("*.py"))
+                 if (names := imports_of_tests(path.read_text()))}
+    assert importing == {}, "builders and helpers belong in configmirror_testing"
+
+
+@pytest.mark.parametrize("line", ["from tests.unit.test_plan import source",
+                                  "import tests.fixtures", "from . import conftest"])
+def test_an_import_of_a_test_module_is_found(line: str) -> None:
+    assert imports_of_tests(f"import os\n{line}\n") != []
