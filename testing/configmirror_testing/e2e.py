@@ -136,7 +136,7 @@ class Operators:
     def stop_all(self) -> None:
         codes = [(op, op.stop()) for op in self.started]
         for op, code in codes:
-            assert code == 0, f"operator exited with {code}:\n{op.log()[-3000:]}"
+            assert code == 0, f"operator exited with {code}:\n{op.log_tail()}"
 
 
 def restart_writes_nothing(first: OperatorProcess, start: Callable[[], OperatorProcess]) -> None:

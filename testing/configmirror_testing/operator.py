@@ -116,11 +116,11 @@ class OperatorProcess:
                     self.proc.wait()
                 raise AssertionError(f"operator ignored SIGTERM for {timeout} s; its log's "
                                      f"end, with its threads' stacks at the SIGABRT:\n"
-                                     f"{self.log()[-6000:]}") from None
+                                     f"{self.log_tail(200)}") from None
         return self.proc.returncode
 
     def log_tail(self, lines: int = 60) -> str:
-        """The end of the log, for a failed test's report."""
+        """The log's last `lines` lines: what every failure message about it shows."""
         try:
             return "\n".join(self.log().splitlines()[-lines:])
         except OSError as err:
@@ -129,4 +129,4 @@ class OperatorProcess:
     def _died(self) -> str | None:
         if self.proc.poll() is None:
             return None
-        return f"the operator exited with {self.proc.returncode}:\n{self.log()[-3000:]}"
+        return f"the operator exited with {self.proc.returncode}:\n{self.log_tail()}"

@@ -201,7 +201,7 @@ def log_time(operator: OperatorProcess, text: str) -> float:
     for line in operator.log().splitlines():
         if text in line:
             return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    raise AssertionError(f"no log line with {text!r}:\n{operator.log()[-2000:]}")
+    raise AssertionError(f"no log line with {text!r}:\n{operator.log_tail()}")
 
 
 def test_a_leader_cut_off_by_a_silent_drop_steps_down_and_no_two_leaders_write_at_once(

@@ -71,4 +71,4 @@ def test_the_readme_quickstart_replicates_the_example_and_status_says_in_sync(
             assert "configmap platform/shared-ca: 3/3 target(s) in sync" in done.stdout, \
                 done.stdout
         finally:
-            assert operator.stop() == 0, operator.log()[-3000:]
+            assert operator.stop() == 0, operator.log_tail()
