@@ -9,7 +9,9 @@ per outage instead of one per retry, and resync from the cache without any API c
 Two threads, both its own: the reader lists and watches and is the only writer of the store;
 the dispatcher calls the handler, in order, for every change and for the periodic resync
 (client-go's processorListener), so a handler never runs on two threads at once and never
-holds up the watch.
+holds up the watch. The owner's own writes are the exception (`OwnWrites`): a watch event of
+exactly the version a write of its own was answered with is stored as the owner holds it,
+with nothing to transform and no handler to wake.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from configmirror.clock import Clock, RealClock
 from configmirror.kube import ApiError, Kube, WatchSilent, WatchStream
@@ -33,6 +35,20 @@ log = logging.getLogger(__name__)
 
 # Called with (old, new): (None, obj) added, (obj, obj') updated or resynced, (obj, None) deleted.
 Handler = Callable[[T | None, T | None], None]
+
+
+
+class OwnWrites(Protocol[T]):
+    """What the informer's owner wrote itself and still expects the watch to deliver
+    (memory.Expectations)."""
+
+    def delivered(self, key: str, resource_version: str) -> T | None:
+        """The object the owner holds for `key` at exactly `resource_version`, when it is
+        what the transform makes of the server's object and no handler need hear of it."""
+
+    def settled(self, key: str, obj: T) -> None:
+        """The store holds `obj` (what `delivered` gave) now."""
+
 
 MIN_WATCH_TIMEOUT = 300  # client-go: a server-side timeout in [5, 10) minutes, randomized
 READ_TIMEOUT_MARGIN = 30.0  # past its timeout, a watch the server has not ended is dead
@@ -191,6 +207,7 @@ class Informer(Generic[T]):
         self._outage: str | None = None  # the error being retried, logged once
         self._failures = 0
         self._backoff = Backoff(self._clock)  # the reader's, between failed attempts
+        self._own_writes: OwnWrites[T] | None = None
         self.resource_version = ""
         self.last_event_at = time.time()
         if metrics is not None:
@@ -225,6 +242,12 @@ class Informer(Generic[T]):
                 if thread.is_alive():
                     log.error("informer %s: %s did not stop within %.0f s", self.name,
                               thread.name, timeout)
+
+    def recognise(self, own_writes: OwnWrites[T]) -> None:
+        """Before `start`: the owner's own writes, whose watch events need no transform and
+        no handler (a fan-out's every write comes back as one; this is the reader's and the
+        dispatcher's work for it)."""
+        self._own_writes = own_writes
 
     def list_once(self) -> None:
         """One LIST into the store, without watching or telling the handler (for `plan`)."""
@@ -444,6 +467,12 @@ class Informer(Generic[T]):
             return
         key = _key(raw)
         if kind in ("ADDED", "MODIFIED"):
+            own = self._own_writes
+            if own is not None and (known := own.delivered(key, version)) is not None:
+                self.store.upsert(key, known)  # before the owner lets its entry go
+                own.settled(key, known)
+                self.resource_version = version
+                return
             new = self._transform(raw)
             old = self.store.upsert(key, new)
             if old != new:  # equal: an event seen already (a watch resumed just before it)

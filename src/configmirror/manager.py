@@ -72,15 +72,18 @@ class Manager:
             settings.resync_period, self._server_answered, outage=self.outage)
         self.informers = self.cache.informers
         served = frozenset(kind.pull_name for kind in self.cache.kinds)
-        self.replicators: dict[Kind, Replicator] = {
-            kind: Replicator(kube, cached.caches, cached.scope, self.recorder,
-                             Memory(cached.watermark, settings.delete_grace, self._clock),
-                             metrics=self.metrics, dry_run=settings.dry_run,
-                             watching=cached.watching, names=cached.names,
-                             # ConfigMaps are always replicated: their replicator also says
-                             # which pulls no kind can serve.
-                             unserved=served if kind is CONFIGMAP else None)
-            for kind, cached in self.cache.kinds.items()}
+        self.replicators: dict[Kind, Replicator] = {}
+        for kind, cached in self.cache.kinds.items():
+            memory = Memory(cached.watermark, settings.delete_grace, self._clock)
+            for informer in cached.informers:
+                informer.recognise(memory.expectations)  # our writes' own watch events
+            self.replicators[kind] = Replicator(
+                kube, cached.caches, cached.scope, self.recorder, memory,
+                metrics=self.metrics, dry_run=settings.dry_run, watching=cached.watching,
+                names=cached.names,
+                # ConfigMaps are always replicated: their replicator also says which pulls
+                # no kind can serve.
+                unserved=served if kind is CONFIGMAP else None)
         self.metrics.pending_removals.set_function(
             lambda: sum(r.pending_removals() for r in self.replicators.values()))
         # Keys that meet an API server that does not answer wait for it, uncounted.

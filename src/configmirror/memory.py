@@ -36,6 +36,7 @@ V = TypeVar("V")
 class _Expected(NamedTuple):  # a tuple: one per write, built cheaper than a frozen dataclass
     obj: CachedObject | None  # what we wrote (None: we deleted it)
     resource_version: int     # write: the version written; delete: the version deleted
+    exact: bool = False       # obj is what the informer's transform makes of the stored object
 
 
 class Expectations:
@@ -52,11 +53,14 @@ class Expectations:
         self._pending: dict[str, _Expected] = {}
         self._lock = threading.Lock()
 
-    def wrote(self, obj: CachedObject) -> None:
+    def wrote(self, obj: CachedObject, exact: bool = False) -> None:
+        """`exact`: `obj` is what the informer's transform makes of the object the server
+        answered the write with (not only what decides as it does), so the watch delivering
+        that version may store `obj` as it is (`delivered`)."""
         version = _version(obj.resource_version)
         if version is not None:
             with self._lock:
-                self._pending[obj.key] = _Expected(obj, version)
+                self._pending[obj.key] = _Expected(obj, version, exact)
 
     def deleted(self, key: str, resource_version: str) -> None:
         version = _version(resource_version)
@@ -78,6 +82,32 @@ class Expectations:
                 return False
             del self._pending[obj.key]
             return True
+
+    def delivered(self, key: str, resource_version: str) -> CachedObject | None:
+        """What we hold of our own last write to `key` when the watch delivers exactly its
+        version and we hold it as the informer's transform would make it (`wrote(exact=True)`):
+        the object at one resourceVersion is the one the write was answered with, so the
+        informer stores this instead of transforming the event again, and tells no handler
+        (the worker that wrote it has reconciled the key; `echo` would say so). None for
+        anything else. The entry stays until `settled`: until the cache holds it, `view`
+        must still see our write."""
+        expected = self._pending.get(key)  # an atomic lookup; checked again under the lock
+        if expected is None or not expected.exact:
+            return None
+        version = _version(resource_version)
+        with self._lock:
+            expected = self._pending.get(key)
+            if expected is None or not expected.exact or expected.resource_version != version:
+                return None
+            return expected.obj
+
+    def settled(self, key: str, obj: CachedObject) -> None:
+        """The cache holds `obj`, which `delivered` gave: its entry is done with (unless a
+        newer write of ours replaced it meanwhile)."""
+        with self._lock:
+            expected = self._pending.get(key)
+            if expected is not None and expected.obj is obj:
+                del self._pending[key]
 
     def view(self, key: str, cached: Callable[[str], CachedObject | None]) -> CachedObject | None:
         """The object at `key` as it is after our own writes."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -336,13 +337,17 @@ class Replicator:
         as_written = kept_as_written(compiled, written, self._kind)
         if as_written and not carried:  # the common case: a few comparisons, no hashing
             meta = written.get("metadata") or {}
+            # Stored exactly as written, so this is what the informer makes of it (the same
+            # digest, the same interned names: tests/unit/test_expectations.py holds the two
+            # equal), unless the server's object carries an admitted mark we did not write.
             self._memory.expectations.wrote(CachedObject(
-                namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
+                namespace=sys.intern(str(meta.get("namespace", ""))),
+                name=sys.intern(str(meta.get("name", ""))),
                 uid=str(meta.get("uid", "")),
                 resource_version=str(meta.get("resourceVersion", "")), replica_of=owner.key,
                 immutable=bool(written.get("immutable")), content_hash=compiled.content_hash,
                 compiled=None, type=fixed_of(written, self._kind), retain=compiled.lifecycle
-                .retain))
+                .retain), exact=ADMITTED not in (meta.get("annotations") or {}))
             return
         admitted = frozenset[str]() if as_written else admitted_fields(compiled, written,
                                                                        self._kind)

@@ -103,7 +103,9 @@ class FakeKube:
         with self._lock:
             if self.failures and (failure := self.failures.pop(0)) is not None:
                 raise failure
-            parts = path.strip("/").split("/")  # api v1 namespaces NS RESOURCE [NAME]
+            # api v1 namespaces NS RESOURCE [NAME], or apis GROUP v1 namespaces NS ...
+            parts = path.strip("/").split("/")
+            parts = parts[1:] if parts[:1] == ["apis"] else parts
             if len(parts) < 5 or parts[4] != self.resource:
                 return {}
             name = parts[5] if len(parts) > 5 else body["metadata"]["name"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from kubernetes import client
@@ -188,3 +189,53 @@ def test_bookmarks_advance_the_resource_version(cluster: Cluster, namespace: str
     finally:
         h.close()
 
+
+
+class Ours:
+    """The owner's side of OwnWrites: it wrote `key` itself, once, and holds `held` for it."""
+
+    def __init__(self, key: str, held: ConfigMap) -> None:
+        self.key, self.held = key, held
+        self._settled: list[tuple[str, ConfigMap]] = []
+        self._lock = threading.Lock()
+
+    def delivered(self, key: str, resource_version: str) -> ConfigMap | None:
+        with self._lock:
+            if key != self.key or self._settled:
+                return None
+            return replace(self.held, resource_version=resource_version)
+
+    def settled(self, key: str, obj: ConfigMap) -> None:
+        with self._lock:
+            self._settled.append((key, obj))
+
+    def settled_with(self) -> list[tuple[str, ConfigMap]]:
+        with self._lock:
+            return list(self._settled)
+
+
+def test_our_own_write_is_stored_as_we_hold_it_and_tells_no_handler(
+        cluster: Cluster, namespace: str, harness: Harness) -> None:
+    """The watch event of a write of the owner's own is neither transformed nor handed to
+    the handler; every other event (another object, a later version) is, as before."""
+    key = f"{namespace}/mine"
+    held = ConfigMap(namespace, "mine", "", "", "src/mine", False, "as we hold it",
+                     compiled=None)
+    ours = Ours(key, held)
+    harness.informer.recognise(ours)
+    harness.informer.start()
+    assert harness.informer.wait_for_sync(30)
+    core = cluster.core
+    core.create_namespaced_config_map(namespace, cm("mine"))
+    core.create_namespaced_config_map(namespace, cm("theirs"))
+    wait_for(lambda: ("added", "theirs") in harness.recorder.seen(namespace),
+             what="the other object's event")
+    [(settled_key, stored)] = ours.settled_with()
+    assert settled_key == key and harness.store.get(key) == stored
+    assert stored.content_hash == "as we hold it" and stored.resource_version != ""
+    assert harness.recorder.seen(namespace) == [("added", "theirs")], "no handler for ours"
+    core.patch_namespaced_config_map("mine", namespace, {"data": {"k": "edited"}})
+    wait_for(lambda: ("updated", "mine") in harness.recorder.seen(namespace),
+             what="someone's edit of it, told")
+    edited = harness.store.get(key)
+    assert edited is not None and edited.content_hash != "as we hold it", "transformed"

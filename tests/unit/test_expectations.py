@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import base64
+import sys
 from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from configmirror.clock import FakeClock
 from configmirror.events import EventRecorder
 from configmirror.memory import Expectations, Memory
-from configmirror.model import CachedObject, Caches
+from configmirror.model import (
+    CachedObject,
+    Caches,
+    Namespace,
+    namespace_from_json,
+    object_indexers,
+    target_key,
+)
 from configmirror.replicator import Replicator
-from configmirror.spec import REPLICATE_TO
+from configmirror.spec import ON_DELETE, REPLICATE_TO
 from configmirror.store import Store
-from configmirror.vocabulary import CONFIGMAP
-from configmirror_testing.builders import SCOPE, cached
-from configmirror_testing.fakekube import FakeKube
+from configmirror.vocabulary import CONFIGMAP, ROLE, SECRET, Kind
+from configmirror_testing import objects
+from configmirror_testing.builders import SCOPE, cached, source
+from configmirror_testing.fakekube import FakeKube, adds_labels
 
 
 def obj(rv: str, content_hash: str = "h") -> CachedObject:
@@ -136,3 +151,109 @@ def test_the_replicator_takes_only_a_replica_for_an_echo_never_a_source_or_a_for
     assert replicator.echo(written) is True
     assert replicator.echo(written) is False, "an echo ends the expectation"
     assert not kube.written() and recorder.pending() == 0, "telling an echo asks nothing"
+
+
+# -- the watch event of our own write, stored without a transform ------------------------------
+
+_text = st.text("abcxyz-", max_size=6)
+_keys = st.text("abcdef", min_size=1, max_size=4)
+
+
+@st.composite
+def _source_body(draw: st.DrawFn, kind: Kind) -> dict[str, Any]:
+    """A source of `kind` as the API server holds it: data, labels and annotations that
+    are copied or not, on-delete retain, immutable, a Secret's type, a Role's rules."""
+    annotations = {REPLICATE_TO: "a", **draw(st.dictionaries(
+        st.sampled_from(["note", "example.com/owner", "kubectl.kubernetes.io/last-applied"
+                         "-configuration"]), _text, max_size=2))}
+    if draw(st.booleans()):
+        annotations[ON_DELETE] = "retain"
+    body: dict[str, Any] = {"metadata": {
+        "namespace": "src", "name": "cfg", "uid": "u-src", "resourceVersion": "10",
+        "creationTimestamp": "2026-01-01T00:00:00Z", "annotations": annotations,
+        "labels": draw(st.dictionaries(st.sampled_from(["team", "app.kubernetes.io/name"]),
+                                       _text, max_size=2))}}
+    if kind is ROLE:
+        body["rules"] = draw(st.lists(st.fixed_dictionaries({
+            "apiGroups": st.just([""]), "resources": st.lists(_keys, max_size=2),
+            "verbs": st.lists(st.sampled_from(["get", "list"]), min_size=1)}), max_size=2))
+        return body
+    data = draw(st.dictionaries(_keys, _text, max_size=3))
+    if kind is SECRET:
+        body["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}
+        body["type"] = draw(st.sampled_from(["Opaque", "example.com/config"]))
+    else:
+        body["data"] = data
+        if draw(st.booleans()):
+            body["binaryData"] = {"bin": base64.b64encode(b"\x00\x01").decode()}
+    if draw(st.booleans()):
+        body["immutable"] = True
+    return body
+
+
+@pytest.mark.parametrize("kind", [CONFIGMAP, SECRET, ROLE], ids=lambda k: k.name)
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_write_stored_as_written_is_held_as_the_informer_makes_it_of_its_watch_event(
+        kind: Kind, data: st.DataObject) -> None:
+    """The informer stores what `delivered` gives in place of transforming the event: it
+    must be equal to that transform, field for field (the digest, the names, retain)."""
+    src = objects.cached(data.draw(_source_body(kind)), kind)
+    memory = Memory(lambda key: 0, 0.0, FakeClock())
+    kube = FakeKube(resource=kind.plural, revision=29)
+    namespaces: Store[Namespace] = Store()
+    for name in ("src", "a"):
+        namespaces.upsert(name, namespace_from_json({"metadata": {"name": name}}))
+    caches = Caches(Store(object_indexers()), namespaces, kind)
+    caches.objects.upsert(src.key, src)  # type: ignore[attr-defined]
+    replicator = Replicator(kube, caches, SCOPE, EventRecorder(kube, clock=FakeClock()), memory)
+    replicator.reconcile(target_key(kind, "a", "cfg"))
+    stored = kube.objects["a/cfg"]
+    version = stored["metadata"]["resourceVersion"]
+    held = memory.expectations.delivered("a/cfg", version)
+    assert held is not None, "a write stored as written is exact"
+    assert held == objects.cached(stored, kind)
+    assert held.namespace is sys.intern("a") and held.name is sys.intern("cfg"), \
+        "interned as the informer interns them: 100,000 replicas share their names"
+    assert memory.expectations.delivered("a/cfg", str(int(version) + 1)) is None, \
+        "another version of it is not our write"
+
+
+def test_a_write_admission_changed_is_not_exact_so_the_informer_transforms_its_event(
+        ) -> None:
+    memory = Memory(lambda key: 0, 0.0, FakeClock())
+    kube = FakeKube(revision=29, admission={"a": adds_labels({"injected": "yes"})})
+    namespaces: Store[Namespace] = Store()
+    for name in ("src", "a"):
+        namespaces.upsert(name, namespace_from_json({"metadata": {"name": name}}))
+    caches = Caches(Store(object_indexers()), namespaces, CONFIGMAP)
+    src = source({REPLICATE_TO: "a"})
+    caches.objects.upsert(src.key, src)  # type: ignore[attr-defined]
+    replicator = Replicator(kube, caches, SCOPE, EventRecorder(kube, clock=FakeClock()), memory)
+    replicator.reconcile(target_key(CONFIGMAP, "a", "cfg"))
+    version = kube.objects["a/cfg"]["metadata"]["resourceVersion"]
+    assert len(memory.expectations) == 1, "the write is expected"
+    assert memory.expectations.delivered("a/cfg", version) is None
+
+
+def test_an_exact_write_is_delivered_until_settled_and_a_newer_write_is_not_settled_by_it(
+        ) -> None:
+    cache = Cache()
+    expectations = Expectations(lambda key: cache.watermark)
+    expectations.wrote(obj("11"), exact=True)
+    held = expectations.delivered("a/cfg", "11")
+    assert held == obj("11")
+    assert expectations.view("a/cfg", cache.get) == obj("11"), \
+        "until the cache holds it, our write is what the worker sees"
+    expectations.settled("a/cfg", held)
+    assert len(expectations) == 0
+    expectations.wrote(obj("11"), exact=True)
+    first = expectations.delivered("a/cfg", "11")
+    assert first is not None
+    expectations.wrote(obj("14", "newer"), exact=True)  # written again meanwhile
+    expectations.settled("a/cfg", first)
+    assert expectations.view("a/cfg", cache.get) == obj("14", "newer"), "not the newer one"
+    expectations.wrote(obj("15"))  # not exact: the informer transforms the event
+    assert expectations.delivered("a/cfg", "15") is None
+    expectations.deleted("a/cfg", "15")
+    assert expectations.delivered("a/cfg", "15") is None, "a delete of ours has no object"
