@@ -76,6 +76,8 @@ TESTS: dict[str, list[str]] = {
     "flags.py": ["tests/unit/test_flags.py"],
     "caches.py": ["tests/unit/test_caches.py", "tests/integration/test_caches.py",
                   "tests/integration/test_expectations.py"],
+    # Only NAMED mutants: the store-as-held branch for the owner's own writes (OwnWrites).
+    "informer.py": ["tests/integration/test_informer.py"],
 }
 GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "tokenbucket.py", "clock.py",
              "routing.py", "plan.py", "replicator.py", "servergate.py", "outage.py", "events.py",
@@ -88,12 +90,20 @@ NAMED: list[tuple[str, str, str]] = [
     ("replicator.py", "return self._memory.expectations.view(key, self._caches.get)",
      "return self._caches.get(key)"),
     # Expectations that forget a write at once, or never hide the cache's stale version.
-    ("memory.py", "self._pending[obj.key] = _Expected(obj, version)", "pass"),
+    ("memory.py", "self._pending[obj.key] = _Expected(obj, version, exact)", "pass"),
+    # The watch event of our own write: transformed and handed on as anyone's, stored as held
+    # but the owner never told (its entry kept forever), or told with nothing stored.
+    ("informer.py", "if own is not None and (known := own.delivered(key, version)) is not None:",
+     "if False:"),
+    ("informer.py", "own.settled(key, known)", "pass"),
+    ("informer.py", "self.store.upsert(key, known)  # before the owner lets its entry go",
+     "pass"),
     ("memory.py", "elif watermark < expected.resource_version:", "elif False:"),
 ]
 
 # Survivors that are equivalent (no test can tell them apart), keyed by file, the original
 # line and the mutated line, with why.
+_EXACT_COMMENT = " # obj is what the informer's transform makes of the stored object"
 _NOTIFY_ONLY = ("the count only decides whether to notify; this one never reaches 0, so "
                 "every add notifies: slower, never a lost wake-up")
 _FAST_PATH = ("a fast path: _wait_for_item checks the queue, shutdown and the timeout again "
@@ -222,6 +232,12 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
      "if False: # nothing of ours in flight there (an atomic lookup)"):
         "a fast path: the locked path below returns the cached object too when nothing of ours "
         "is pending",
+    ("memory.py", "exact: bool = False" + _EXACT_COMMENT, "exact: bool = True" + _EXACT_COMMENT):
+        "only a delete's entry takes the default (a write passes exact itself), and its obj is "
+        "None, which delivered() returns as 'not ours' either way",
+    ("memory.py", "if expected is None or not expected.exact:", "if False:"):
+        "delivered()'s unlocked fast path: the same check is made again under the lock, which "
+        "returns None for the same entries",
     ("memory.py", "if expected is None:", "if False:"):
         "the re-check under the lock: only an echo or another view that took the entry between "
         "the unlocked check and the lock reaches it (a race no test can order without reaching "
@@ -784,10 +800,10 @@ def main() -> int:
 
     files = list(TESTS)
     if not control_plane_available():
-        for needs_one in ("replicator.py", "caches.py"):
+        for needs_one in ("replicator.py", "caches.py", "informer.py"):
             files.remove(needs_one)
         print("mutate: no control plane (CONFIGMIRROR_CONTROLPLANE_ASSETS): the mutants of "
-              "replicator.py and caches.py are left out")
+              "replicator.py, caches.py and informer.py are left out")
     mutants = [m for m in all_mutants(files) if re.search(args.only, m.name)]
     if args.list:
         for m in mutants:

@@ -257,3 +257,15 @@ def test_an_exact_write_is_delivered_until_settled_and_a_newer_write_is_not_sett
     assert expectations.delivered("a/cfg", "15") is None
     expectations.deleted("a/cfg", "15")
     assert expectations.delivered("a/cfg", "15") is None, "a delete of ours has no object"
+
+
+def test_nothing_is_delivered_for_a_key_we_never_wrote_or_at_another_version() -> None:
+    """Most watch events are someone else's: delivered() answers None for them (the informer
+    transforms and tells them as before), and for our exact write at any other version."""
+    expectations = Expectations(lambda key: 0)
+    assert expectations.delivered("a/cfg", "11") is None, "nothing of ours pending"
+    expectations.wrote(obj("11"), exact=True)
+    assert expectations.delivered("a/other", "11") is None, "another object"
+    assert expectations.delivered("a/cfg", "12") is None, "a later version, someone else's"
+    assert expectations.delivered("a/cfg", "10") is None, "an earlier version"
+    assert expectations.delivered("a/cfg", "11") == obj("11")
