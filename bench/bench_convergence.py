@@ -20,17 +20,32 @@ from its first create received to its last answered.
 Prints the operator's rate against each (goals: >= 0.8 of the Go writer at the same
 concurrency, >= 0.7 of its best), CPU seconds per 1,000 writes, the operator's writes by its
 counter and by the audit log (goal: exactly S*N), then restarts it with nothing changed and
-prints its writes (goal: 0) and reads (goal: one LIST per informer). The operator runs with
---kube-api-qps 0.
+prints its writes (goal: 0), reads (goal: one LIST per informer) and seconds from its start to
+/readyz and to idle. With `--idle SECONDS`, the restarted operator runs with
+`--resync-period --idle-resync` and its CPU is measured over that long once idle (millicores;
+goal: still 0 writes). The operator runs with --kube-api-qps 0.
+
+    python bench/bench_convergence.py --shape 20x5000 --idle 180 --operator-src ../other
+
+`--operator-src TREE` runs the operator from another tree's src/ (a worktree of another
+commit) under this harness: both trees are measured by the same baselines, clock and figures.
+`--restart-src TREE` restarts onto another tree (`.` for this one): with the code before a
+change converging and the code after it restarted, the restart's 0 writes show that an
+upgrade rewrites no replica the older code wrote.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from harness import (
+    REPO,
     Baselines,
     Session,
     baseline_rows,
@@ -38,6 +53,7 @@ from harness import (
     load_average,
     machine,
     operator_run,
+    peak_rss_of,
     ratio_lines,
     replica_body,
     run_json,
@@ -63,7 +79,19 @@ def main() -> None:
                         help="once in sync, edit this many sources one after another and "
                         "report edit -> last replica (p50/p99) and RSS (default: 1000 for "
                         "the 1000x10 shape, else none)")
+    parser.add_argument("--idle", type=float, default=0,
+                        help="after the restart, measure the operator's idle CPU over this many "
+                        "seconds (default: not measured)")
+    parser.add_argument("--idle-resync", default="60",
+                        help="--resync-period of the restarted operator when --idle is given")
+    parser.add_argument("--operator-src", type=Path, default=None,
+                        help="run the operator from this tree's src/ (another commit's worktree)")
+    parser.add_argument("--restart-src", type=Path, default=None,
+                        help="restart onto this tree's src/ instead (an upgrade; default: the "
+                        "tree the operator converged with)")
     args = parser.parse_args()
+    env = operator_env(args.operator_src)
+    restart_env = env if args.restart_src is None else operator_env(args.restart_src)
     if args.shape is not None:
         args.sources, args.namespaces = SHAPES[args.shape]
     if args.edits is None:
@@ -80,6 +108,8 @@ def main() -> None:
         print(f"convergence: {args.sources} sources x {args.namespaces} namespaces = {total} "
               f"replicas; operator --workers {args.workers} --kube-api-qps 0; {machine()}")
         print(f"  at the start: {load_before}")
+        print(f"  operator: {operator_origin(env)}"
+              + (f"; restarted as {operator_origin(restart_env)}" if restart_env != env else ""))
 
         # 1. The baselines, before the operator.
         bodies = [replica_body(source_ns, f"src-{i:04d}", ns)
@@ -90,26 +120,37 @@ def main() -> None:
         # 2. configmirror, from a cold start, on the same workload.
         cluster.create_sources(source_ns, args.sources, "bench-*")
         since = time.monotonic()
-        operator = session.operator(args.workers)
+        operator = session.operator(args.workers, env=env)
         operator.wait_ready(120)
         ours, wall = operator_run(session, operator, args.workers, total, since)
         own_writes = operator.writes()
         requests = cluster.audit("configmirror/")
         audited = writes(requests)
         curve = watcher.curve(since)
-        rss_in_sync = operator.rss_bytes()
+        rss_in_sync, rss_peak = operator.rss_bytes(), peak_rss_of(operator.pid)
         latencies = edit_latencies(session, source_ns, args.edits, args.namespaces)
         if latencies:
             session.idle(operator, 300)
 
         # 3. Restart with nothing changed: zero writes, one LIST per informer.
         assert operator.stop() == 0
-        mark = time.time()
-        restarted = session.operator(args.workers)
+        mark, started = time.time(), time.monotonic()
+        resync = ("--resync-period", args.idle_resync) if args.idle else ()
+        restarted = session.operator(args.workers, *resync, env=restart_env)
+        restarted.wait_ready(300)
+        restart_ready = time.monotonic() - started
         wait(lambda: restarted.metric("configmirror_reconciles_total", role="source")
              >= args.sources, 300, "the restarted operator to reconcile every source")
         session.idle(restarted, 300)
+        restart_idle = time.monotonic() - started
         restart_writes = restarted.writes()
+        idle_millicores = None
+        if args.idle:
+            cpu = restarted.cpu_seconds()
+            time.sleep(args.idle)  # the measured window: the operator left alone, in sync
+            idle_millicores = (restarted.cpu_seconds() - cpu) / args.idle * 1000
+            restart_writes = restarted.writes()
+        rss_restarted = restarted.rss_bytes()
         relists = restarted.metric("configmirror_informer_relists_total")
         after = cluster.audit("configmirror/", since=mark)
         assert restarted.stop() == 0
@@ -127,7 +168,7 @@ def main() -> None:
         print(*ratio_lines(ours, baselines), sep="\n")
         print(f"  configmirror writes: {own_writes:.0f} by its counter, {audited} by the "
               f"apiserver's audit log (goal: exactly {total})")
-        print(f"  RSS in sync: {rss_in_sync / 2**20:.0f} MiB")
+        print(f"  RSS in sync: {rss_in_sync / 2**20:.0f} MiB (peak {rss_peak / 2**20:.0f} MiB)")
         if latencies:
             ordered = sorted(latencies)
             p50 = statistics.median(ordered)
@@ -136,7 +177,11 @@ def main() -> None:
                   f"{args.namespaces} replicas written: p50 {p50 * 1000:.0f} ms, p99 "
                   f"{p99 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms")
         print(f"  restart, nothing changed: {restart_writes:.0f} writes "
-              f"(audit: {writes(after)}) (goal: 0)")
+              f"(audit: {writes(after)}) (goal: 0); ready {restart_ready:.1f} s and idle "
+              f"{restart_idle:.1f} s after its start; RSS {rss_restarted / 2**20:.0f} MiB")
+        if idle_millicores is not None:
+            print(f"  idle, --resync-period {args.idle_resync}: {idle_millicores:.1f} millicores "
+                  f"over {args.idle:.0f} s")
         lists = {res: n for (verb, res), n in (after or {}).items() if verb == "list"}
         print(f"  restart reads: {relists:.0f} LISTs by the informers (one per informer); "
               f"HTTP list requests by resource: {lists} (pages of 500)")
@@ -149,10 +194,33 @@ def main() -> None:
             "writes": own_writes, "audited_writes": audited,
             "configmirror_requests": sum((requests or {}).values()),
             "restart_writes": restart_writes, "restart_relists": relists,
-            "rss_in_sync": rss_in_sync, "edit_latencies": latencies,
+            "rss_in_sync": rss_in_sync, "rss_peak": rss_peak, "edit_latencies": latencies,
+            "restart_ready_seconds": restart_ready, "restart_idle_seconds": restart_idle,
+            "rss_restarted": rss_restarted, "idle_millicores": idle_millicores,
+            "idle_seconds": args.idle, "idle_resync": args.idle_resync,
+            "operator": operator_origin(env), "restarted_as": operator_origin(restart_env),
             "restart_list_requests": lists,
             "configmirror_curve": curve[::max(1, len(curve) // 400)],
             "machine": machine()})
+
+
+def operator_env(tree: Path | None) -> dict[str, str] | None:
+    """The environment that makes `python -m configmirror` import `tree`'s src/ (None: ours)."""
+    if tree is None or tree.resolve() == REPO:
+        return None
+    src = (tree / "src").resolve()
+    if not (src / "configmirror" / "__init__.py").is_file():
+        raise SystemExit(f"--operator-src {tree}: no src/configmirror/ there")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
+
+
+def operator_origin(env: dict[str, str] | None) -> str:
+    """Where the operator's `configmirror` package is imported from, asked of the interpreter
+    the operator runs in, with its environment."""
+    return subprocess.run(
+        [sys.executable, "-c", "import configmirror; print(configmirror.__file__)"],
+        env={**os.environ, **(env or {})}, capture_output=True, text=True, check=True,
+        timeout=60).stdout.strip()
 
 
 def edit_latencies(session: Session, namespace: str, edits: int, replicas: int) -> list[float]:

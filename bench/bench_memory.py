@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from harness import (
     REPLICA_SELECTOR,
@@ -28,6 +27,7 @@ from harness import (
     common_args,
     load_average,
     parallel,
+    peak_rss_of,
     rss_of,
     wait,
 )
@@ -60,13 +60,6 @@ def json_size(cluster: BenchCluster, selector: str | None,
         query["continue"] = body["metadata"]["continue"]
 
 
-def peak(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def measure(session: Session, label: str, baseline: int, workers: int,
             expect_replicas: int) -> dict[str, float]:
     cluster = session.cluster
@@ -74,7 +67,7 @@ def measure(session: Session, label: str, baseline: int, workers: int,
     wait(lambda: session.watcher.live() >= expect_replicas, 1800, "convergence")
     wait(lambda: operator.metric("configmirror_informer_relists_total") >= 2, 120, "sync")
     session.idle(operator, 120)
-    rss, high = operator.rss_bytes(), peak(operator.proc.pid)
+    rss, high = operator.rss_bytes(), peak_rss_of(operator.proc.pid)
     operator.stop()
     objects, size = json_size(cluster, None)
     spaces, space_size = json_size(cluster, None, "/api/v1/namespaces")

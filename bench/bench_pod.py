@@ -22,12 +22,12 @@ from pathlib import Path
 import yaml
 from kubernetes import client, config
 
-from bench_memory import json_size, peak
+from bench_memory import json_size
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.objects import service_account_token
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.pod import Network, Pod, PodTemplate, ServiceAccountVolume
-from harness import REPO, RESULTS, BenchCluster, common_args, parallel, wait
+from harness import REPO, RESULTS, BenchCluster, common_args, parallel, peak_rss_of, wait
 
 MIB = 1024 * 1024
 
@@ -122,7 +122,7 @@ def main() -> None:
                 wait(lambda: host.metric("configmirror_informer_relists_total") >= 2, 120,
                      "sync")
                 host.wait_idle(120)
-                host_rss, host_peak = host.rss_bytes(), peak(host.pid)
+                host_rss, host_peak = host.rss_bytes(), peak_rss_of(host.pid)
             finally:
                 host.stop()
             print(f"pod: {objects} ConfigMaps, JSON {size / MIB:.1f} MiB; ready after "

@@ -351,11 +351,17 @@ def cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def rss_of(pid: int) -> int:
+def rss_of(pid: int, field: str = "VmRSS") -> int:
+    """Process `pid`'s resident memory in bytes now, or its peak with field="VmHWM"."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def peak_rss_of(pid: int) -> int:
+    """The most resident memory process `pid` has held so far, in bytes."""
+    return rss_of(pid, "VmHWM")
 
 
 def parallel(call: Callable[[Any], object], items: Iterable[Any], threads: int) -> float:
