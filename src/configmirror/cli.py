@@ -30,6 +30,7 @@ import kubernetes
 import yaml
 
 from configmirror import __version__, policy
+from configmirror.allocator import fix_mmap_threshold
 from configmirror.caches import ClusterCache, KindCache, Replicated, discovery, replicated_kinds
 from configmirror.flags import (
     UNSET,
@@ -379,6 +380,10 @@ def _run(args: argparse.Namespace) -> int:
     from configmirror.manager import Manager  # the plan command does not need the machinery
 
     settings = _settings(args)
+    # Before any list page is read: a relist's freed pages are returned, not kept (allocator).
+    fixed = fix_mmap_threshold()
+    logging.getLogger("configmirror").debug("glibc's mmap threshold %s",
+                                            "fixed" if fixed else "left as it is")
     kube = _connect(settings, pool_size=settings.workers + 4)
     stop = threading.Event()
 
