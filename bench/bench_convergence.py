@@ -37,21 +37,19 @@ upgrade rewrites no replica the older code wrote.
 from __future__ import annotations
 
 import math
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from harness import (
-    REPO,
     Baselines,
     Session,
     baseline_rows,
     common_args,
     load_average,
     machine,
+    operator_env,
+    operator_origin,
     operator_run,
     peak_rss_of,
     ratio_lines,
@@ -143,12 +141,17 @@ def main() -> None:
              >= args.sources, 300, "the restarted operator to reconcile every source")
         session.idle(restarted, 300)
         restart_idle = time.monotonic() - started
+        rss_restart_idle = restarted.rss_bytes()  # listed and idle, before any resync
         restart_writes = restarted.writes()
-        idle_millicores = None
+        idle_millicores, idle_reconciles = None, {}
         if args.idle:
-            cpu = restarted.cpu_seconds()
+            def reconciles() -> dict[str, float]:
+                return {role: restarted.metric("configmirror_reconciles_total", role=role)
+                        for role in ("source", "target")}
+            cpu, before = restarted.cpu_seconds(), reconciles()
             time.sleep(args.idle)  # the measured window: the operator left alone, in sync
             idle_millicores = (restarted.cpu_seconds() - cpu) / args.idle * 1000
+            idle_reconciles = {role: n - before[role] for role, n in reconciles().items()}
             restart_writes = restarted.writes()
         rss_restarted = restarted.rss_bytes()
         relists = restarted.metric("configmirror_informer_relists_total")
@@ -178,10 +181,13 @@ def main() -> None:
                   f"{p99 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms")
         print(f"  restart, nothing changed: {restart_writes:.0f} writes "
               f"(audit: {writes(after)}) (goal: 0); ready {restart_ready:.1f} s and idle "
-              f"{restart_idle:.1f} s after its start; RSS {rss_restarted / 2**20:.0f} MiB")
+              f"{restart_idle:.1f} s after its start; RSS {rss_restart_idle / 2**20:.0f} MiB "
+              f"then, {rss_restarted / 2**20:.0f} MiB at the end")
         if idle_millicores is not None:
             print(f"  idle, --resync-period {args.idle_resync}: {idle_millicores:.1f} millicores "
-                  f"over {args.idle:.0f} s")
+                  f"over {args.idle:.0f} s, in which it reconciled "
+                  f"{idle_reconciles['source']:.0f} source and {idle_reconciles['target']:.0f} "
+                  f"target keys")
         lists = {res: n for (verb, res), n in (after or {}).items() if verb == "list"}
         print(f"  restart reads: {relists:.0f} LISTs by the informers (one per informer); "
               f"HTTP list requests by resource: {lists} (pages of 500)")
@@ -196,31 +202,13 @@ def main() -> None:
             "restart_writes": restart_writes, "restart_relists": relists,
             "rss_in_sync": rss_in_sync, "rss_peak": rss_peak, "edit_latencies": latencies,
             "restart_ready_seconds": restart_ready, "restart_idle_seconds": restart_idle,
-            "rss_restarted": rss_restarted, "idle_millicores": idle_millicores,
+            "rss_restart_idle": rss_restart_idle, "rss_restarted": rss_restarted,
+            "idle_millicores": idle_millicores, "idle_reconciles": idle_reconciles,
             "idle_seconds": args.idle, "idle_resync": args.idle_resync,
             "operator": operator_origin(env), "restarted_as": operator_origin(restart_env),
             "restart_list_requests": lists,
             "configmirror_curve": curve[::max(1, len(curve) // 400)],
             "machine": machine()})
-
-
-def operator_env(tree: Path | None) -> dict[str, str] | None:
-    """The environment that makes `python -m configmirror` import `tree`'s src/ (None: ours)."""
-    if tree is None or tree.resolve() == REPO:
-        return None
-    src = (tree / "src").resolve()
-    if not (src / "configmirror" / "__init__.py").is_file():
-        raise SystemExit(f"--operator-src {tree}: no src/configmirror/ there")
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
-
-
-def operator_origin(env: dict[str, str] | None) -> str:
-    """Where the operator's `configmirror` package is imported from, asked of the interpreter
-    the operator runs in, with its environment."""
-    return subprocess.run(
-        [sys.executable, "-c", "import configmirror; print(configmirror.__file__)"],
-        env={**os.environ, **(env or {})}, capture_output=True, text=True, check=True,
-        timeout=60).stdout.strip()
 
 
 def edit_latencies(session: Session, namespace: str, edits: int, replicas: int) -> list[float]:

@@ -345,6 +345,25 @@ class Session:
         operator.wait_idle(timeout)
 
 
+def operator_env(tree: Path | None) -> dict[str, str] | None:
+    """The environment that makes `python -m configmirror` import `tree`'s src/ (None: ours)."""
+    if tree is None or tree.resolve() == REPO:
+        return None
+    src = (tree / "src").resolve()
+    if not (src / "configmirror" / "__init__.py").is_file():
+        raise SystemExit(f"{tree}: no src/configmirror/ there (a tree of configmirror?)")
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
+
+
+def operator_origin(env: dict[str, str] | None) -> str:
+    """Where the operator's `configmirror` package is imported from, asked of the interpreter
+    the operator runs in, with its environment."""
+    return subprocess.run(
+        [sys.executable, "-c", "import configmirror; print(configmirror.__file__)"],
+        env={**os.environ, **(env or {})}, capture_output=True, text=True, check=True,
+        timeout=60).stdout.strip()
+
+
 def cpu_of(pid: int) -> float:
     """User + system CPU seconds process `pid` has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
