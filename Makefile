@@ -200,6 +200,7 @@ bench: $(STAMP) ## benchmarks; each prints ratios against baselines measured in 
 	cd bench && ../$(PY) bench_latency.py $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_latency.py --namespaces $(SHAPE_NS) --edits 5 $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_churn.py $(BENCH_ARGS)
+	cd bench && ../$(PY) bench_restart.py --sources 20 --namespaces $(if $(BENCH_QUICK),50,500) $(if $(BENCH_QUICK),--rounds 1 --cycles 1 --resync 10) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_workers.py --namespaces $(SHAPE_NS) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_workers.py --sources 200 --namespaces $(if $(BENCH_QUICK),5,50) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_kopf.py --sources 200 --namespaces $(if $(BENCH_QUICK),5,50) $(BENCH_ARGS)
