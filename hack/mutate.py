@@ -76,13 +76,14 @@ TESTS: dict[str, list[str]] = {
     "flags.py": ["tests/unit/test_flags.py"],
     "caches.py": ["tests/unit/test_caches.py", "tests/integration/test_caches.py",
                   "tests/integration/test_expectations.py"],
+    "allocator.py": ["tests/unit/test_allocator.py"],
     # Only NAMED mutants: the store-as-held branch for the owner's own writes (OwnWrites).
     "informer.py": ["tests/integration/test_informer.py"],
 }
 GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "tokenbucket.py", "clock.py",
              "routing.py", "plan.py", "replicator.py", "servergate.py", "outage.py", "events.py",
              "transport.py", "kube.py", "status.py", "caches.py", "policy.py", "flags.py",
-             "memory.py", "admission.py", "adoption.py")
+             "memory.py", "admission.py", "adoption.py", "allocator.py")
 
 # One-line mutations asked for by name: (file, the line as it is, the line as mutated).
 NAMED: list[tuple[str, str, str]] = [

@@ -6,8 +6,9 @@ block freed (up to 32 MiB). After the first list page's buffer is freed, every l
 (about 650 KB for 500 ConfigMaps) is cut out of a thread's heap instead, which keeps it once
 freed. A relist of 100,000 replicas left the process 30-40 MiB larger than the same cache
 built from its own writes, and each resync added more (docs/hot-path.md). Fixing the
-threshold at glibc's own starting value turns that adjustment off: large blocks are mmapped
-and returned as before the first one was freed; small blocks are not affected.
+threshold at glibc's own starting value turns that adjustment off and undoes a raise made
+before it (by the imports): large blocks are mmapped and returned as before the first one was
+freed; small blocks are not affected.
 """
 
 from __future__ import annotations
