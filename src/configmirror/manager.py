@@ -35,7 +35,7 @@ from configmirror.policy import Publisher, home
 from configmirror.ratelimit import default_controller_rate_limiter
 from configmirror.reconcile import Result
 from configmirror.replicator import Replicator
-from configmirror.routing import namespace_keys, object_keys
+from configmirror.routing import namespace_keys, object_keys, resync_keys
 from configmirror.servergate import ServerGate
 from configmirror.settings import Settings
 from configmirror.spec import ReplicaRules
@@ -129,7 +129,12 @@ class Manager:
             # it again would be a reconcile with nothing to do for every write (half the
             # workers' CPU in a fan-out; docs/benchmarks.md).
             return
-        for key in object_keys(kind, old, new, self.cache.kinds[kind].caches.sources_named):
+        caches = self.cache.kinds[kind].caches
+        if old is new and new is not None:  # the periodic resync (the informer's (obj, obj))
+            keys = resync_keys(kind, new, caches.get, caches.sources_named)
+        else:
+            keys = object_keys(kind, old, new, caches.sources_named)
+        for key in keys:
             self.queue.add(key)
 
     def _on_namespace(self, old: Namespace | None, new: Namespace | None) -> None:

@@ -37,16 +37,19 @@ from configmirror.memory import Memory
 from configmirror.model import (
     CONTENT_HASH,
     REPLICA_OF,
+    SOURCE,
     CachedObject,
     Caches,
     Key,
     Namespace,
     namespace_from_json,
     object_indexers,
+    target_key,
 )
 from configmirror.plan import (
     REMOVALS,
     Grace,
+    decide,
     desired_body,
     plan_source,
     pull_refusals,
@@ -54,7 +57,7 @@ from configmirror.plan import (
 )
 from configmirror.reconcile import ReconcileError
 from configmirror.replicator import MUTATED, Replicator
-from configmirror.routing import namespace_keys, object_keys
+from configmirror.routing import namespace_keys, object_keys, resync_keys
 from configmirror.spec import (
     ADOPT,
     ON_DELETE,
@@ -378,3 +381,28 @@ def test_what_plan_lists_is_what_the_workers_write_and_report(world: World) -> N
     assert [(p.source, p.actions) for p in after if p.actions] == []
     restarted, _ = run(converged)  # a new process: no memory, the caches listed afresh
     assert restarted.writes == [], "a restart writes nothing, admitted replicas included"
+
+
+@settings(max_examples=300)
+@given(worlds())
+def test_a_resync_that_leaves_replicas_to_their_sources_misses_no_work(world: World) -> None:
+    """The periodic resync does not wake the target key of a replica whose source is cached
+    and valid (routing.resync_keys): that source's own resync plans it. So whatever the
+    target's reconcile would do there now (an action, or a conflict to report), some source's
+    plan lists it, and its follow-up wakes the target."""
+    caches, objects, _ = caches_of(world)
+    grace = Grace.from_now(world.grace)
+    woken = {key for obj in objects.values()
+             for key in resync_keys(CONFIGMAP, obj, caches.get, caches.sources_named)}
+    planned = {(x.namespace, x.name) for key in woken if key.role == SOURCE
+               for p in [plan_source(key.object_key, caches, caches.get, SCOPE, grace)]
+               for x in (*p.actions, *p.conflicts)}
+    left = [obj for obj in objects.values()
+            if target_key(CONFIGMAP, obj.namespace, obj.name) not in woken
+            and target_key(CONFIGMAP, obj.namespace, obj.name)
+            in object_keys(CONFIGMAP, obj, obj, caches.sources_named)]
+    assert all(obj.replica_of is not None for obj in left)
+    for obj in left:
+        decision = decide(obj.namespace, obj.name, obj, caches, SCOPE, grace)
+        if decision.action is not None or decision.conflicts:
+            assert (obj.namespace, obj.name) in planned, (obj.key, decision)

@@ -84,6 +84,37 @@ def test_an_orphan_replica_wakes_its_target_key_even_with_no_source_left() -> No
     assert object_keys(None, replica(src, "a"), sources_named()) == {target_key("a", "cfg")}
 
 
+def resync_keys(obj: CachedObject, *cached: CachedObject) -> set[Key]:
+    by_key = {c.key: c for c in cached}
+    return routing.resync_keys(CONFIGMAP, obj, by_key.get, sources_named(*cached))
+
+
+def test_a_resync_leaves_a_replica_of_a_cached_source_to_that_sources_plan() -> None:
+    src = source({REPLICATE_TO: "a"})
+    assert resync_keys(replica(src, "a"), src) == set()
+    assert resync_keys(src, src) == {source_key("src", "cfg")}  # which plans the replica
+
+
+def test_a_resync_wakes_a_replica_whose_source_cannot_plan_it() -> None:
+    src = source({REPLICATE_TO: "a"})
+    orphan = replica(src, "a")
+    assert resync_keys(orphan) == {target_key("a", "cfg")}  # its source is gone
+    assert resync_keys(orphan, source({})) == {target_key("a", "cfg")}  # no longer a source
+    typo = source({REPLICATE_TO: "a", REPLICATE_TO_MATCHING: "env in (prod"})
+    assert typo.compiled is not None and typo.compiled.invalid is not None
+    assert resync_keys(orphan, typo) == {target_key("a", "cfg")}  # whose plan changes nothing
+
+
+def test_a_resync_of_a_replica_that_is_a_source_itself_wakes_both_its_keys() -> None:
+    src = source({REPLICATE_TO: "a"})
+    body = copy.deepcopy(desired_body(src, "a"))
+    body["metadata"].update(uid="r", resourceVersion="30")
+    body["metadata"]["annotations"][REPLICATE_TO] = "b"  # someone made the replica a source
+    both = cached(body)
+    assert both.compiled is not None and both.replica_of == src.key
+    assert resync_keys(both, src) == {source_key("a", "cfg"), target_key("a", "cfg")}
+
+
 def test_a_foreign_object_where_a_same_named_source_lives_elsewhere_wakes_its_target() -> None:
     src = source({REPLICATE_TO: "a"})
     foreign = plain("a")
