@@ -117,6 +117,9 @@ class Manager:
         self._servers: list[_HTTPServer] = []
         self._lost = threading.Event()
         self._workers_started = False
+        # Set just before the first worker starts. Until then every source's key waits in the
+        # queue, to be planned against caches that hold everything listed so far.
+        self._planning = threading.Event()
 
     # -- event handlers: map every change to the keys it may affect -----------------------
 
@@ -130,7 +133,10 @@ class Manager:
             # workers' CPU in a fan-out; docs/benchmarks.md).
             return
         caches = self.cache.kinds[kind].caches
-        if old is new and new is not None:  # the periodic resync (the informer's (obj, obj))
+        if new is not None and (old is new or (old is None and not self._planning.is_set())):
+            # The periodic resync (the informer's (obj, obj)), or an object listed before any
+            # worker runs: each source's plan checks its replicas, so they need no key of
+            # their own (routing.resync_keys).
             keys = resync_keys(kind, new, caches.get, caches.sources_named)
         else:
             keys = object_keys(kind, old, new, caches.sources_named)
@@ -196,6 +202,7 @@ class Manager:
             if self.publisher is not None:
                 self.publisher.start()
             self.recorder.start()
+            self._planning.set()  # from here on, an added replica wakes its own key
             self.controller.start()
             self._workers_started = True
             log.info("started %d workers%s", self.settings.workers,

@@ -43,12 +43,13 @@ def object_keys(kind: Kind, old: CachedObject | None, new: CachedObject | None,
 def resync_keys(kind: Kind, obj: CachedObject,
                 get: Callable[[str], CachedObject | None],
                 sources_named: Callable[[str], Iterable[CachedObject]]) -> set[Key]:
-    """The keys the periodic resync of `obj` wakes: `object_keys` of (obj, obj), less the
-    target key of a replica whose source is cached with a valid spec. That source's own resync
-    plans it: `plan_source` decides every replica a source has, as its target's reconcile
-    would, and wakes each one that needs work. Waking it here as well decided each replica
-    twice per resync (docs/hot-path.md). A replica of a source that is gone, no longer a
-    source, or has a typo in its spec (whose plan changes nothing) is still woken itself."""
+    """The keys a sweep of every cached object wakes for `obj` (the periodic resync, and the
+    first list before any worker runs): `object_keys` of (obj, obj), less the target key of a
+    replica whose source is cached with a valid spec. The same sweep wakes that source, and
+    `plan_source` decides every replica a source has, as its target's reconcile would, and
+    wakes each one that needs work. Waking it here as well decided each replica twice per
+    sweep (docs/hot-path.md). A replica of a source that is gone, no longer a source, or has
+    a typo in its spec (whose plan changes nothing) is still woken itself."""
     keys = object_keys(kind, obj, obj, sources_named)
     if obj.compiled is None and obj.replica_of is not None:
         source = get(obj.replica_of)

@@ -285,13 +285,14 @@ def run(world: World) -> tuple[FakeKube, RecordingRecorder]:
                             Memory(lambda key: listed[0], world.grace, clock),
                             unserved=frozenset({"ConfigMap"}))
     queue: WorkQueue[Key] = WorkQueue(clock=clock)
-    # Start-up: the informers' first lists arrive as "added" events.
+    # Start-up: the informers' first lists arrive as "added" events, before any worker runs,
+    # so a replica of a cached source is left to that source's plan (as manager does).
     for namespace in spaces.values():
         for key in namespace_keys(CONFIGMAP, None, namespace, caches.sources(),
                                   caches.namespace, SCOPE):
             queue.add(key)
     for obj in objects.values():
-        for key in object_keys(CONFIGMAP, None, obj, caches.sources_named):
+        for key in resync_keys(CONFIGMAP, obj, caches.get, caches.sources_named):
             queue.add(key)
     for _ in range(10):
         written = len(server.writes)
