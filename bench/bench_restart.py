@@ -6,11 +6,14 @@ this tree and another (a worktree of an older commit), both measured the same wa
 
 The cluster is converged once, by this tree's operator. Then, each round, each tree (the order
 swapped every round) is started on it with `--resync-period RESYNC` and measured:
-  - restart: seconds from its start to /readyz and to idle (every source and replica
-    reconciled), its CPU seconds to each, and its writes (goal: 0);
+  - restart: seconds from its start to /readyz and to idle (every source planned, and with
+    it every replica checked, and nothing left to do), its CPU seconds to each, and its
+    writes (goal: 0);
   - idle: CPU over `--cycles` whole resync cycles, each from the end of one resync to the end
-    of the next (a resync is over once it has reconciled every source and every replica and
-    the operator is idle again), in millicores and in CPU seconds per resync. A window of
+    of the next (a resync is over once it has planned every source again and the operator
+    has been idle, its counts unchanged, for a second: since 4893ebd a resync leaves a
+    replica of a cached source to that source's plan, so code before it reconciles every
+    replica too and code after it does not), in millicores and CPU seconds per resync. A window of
     fixed length would cut a resync at either end wherever the process's timer happens to
     fall, so two trees that went idle a second apart would be told apart by that alone;
   - RSS once idle after the restart, and after the cycles.
@@ -77,10 +80,11 @@ def main() -> None:
         for round_ in range(args.rounds):
             for label in order if round_ % 2 == 0 else order[::-1]:
                 run = restart(session, args.workers, args.resync, args.cycles, args.sources,
-                              replicas, trees[label])
+                              trees[label])
                 runs[label].append(run)
                 print(f"  round {round_ + 1}, {label}: " + ", ".join(
-                    f"{k} {run[k]:.2f}" for k in (*FIGURES, "writes")), flush=True)
+                    f"{k} {run[k]:.2f}" for k in (*FIGURES, "writes",
+                                                  "target_reconciles_at_start")), flush=True)
         print(f"  at the end:   {load_average()}")
         medians = {label: {k: statistics.median(r[k] for r in rs) for k in FIGURES}
                    for label, rs in runs.items()}
@@ -100,33 +104,36 @@ def main() -> None:
 
 
 def restart(session: Session, workers: int, resync: str, cycles: int, sources: int,
-            replicas: int, env: dict[str, str] | None) -> dict[str, float]:
+            env: dict[str, str] | None) -> dict[str, float]:
     """One operator started on the converged cluster and measured (see the module's doc)."""
     started = time.monotonic()
     operator = session.operator(workers, "--resync-period", resync, env=env)
     operator.wait_ready(300)
     ready, cpu_to_ready = time.monotonic() - started, operator.cpu_seconds()
     reconciled = Reconciled(operator)
-    reconciled.wait(sources, replicas)
-    idle, cpu_to_idle, rss_idle = time.monotonic() - started, operator.cpu_seconds(), \
-        operator.rss_bytes()
+    # Idle once every source is planned: the keys of the first list are all queued before
+    # the first worker runs, so nothing is left then.
+    idle = reconciled.wait(sources, 0) - started
+    cpu_to_idle, rss_idle = operator.cpu_seconds(), operator.rss_bytes()
+    looked = reconciled.counts()[1]  # target reconciles at start-up (7a6a820: orphans only)
     # Whole cycles: from the end of the first resync to the end of the last.
-    reconciled.wait(2 * sources, 2 * replicas, timeout=parse_duration(resync) + 300)
+    reconciled.wait(2 * sources, 0, timeout=parse_duration(resync) + 300)
     cycle_start, cycle_cpu = time.monotonic(), operator.cpu_seconds()
-    reconciled.wait((2 + cycles) * sources, (2 + cycles) * replicas,
-                    timeout=cycles * (parse_duration(resync) + 300))
+    reconciled.wait((2 + cycles) * sources, 0, timeout=cycles * (parse_duration(resync) + 300))
     wall, cpu = time.monotonic() - cycle_start, operator.cpu_seconds() - cycle_cpu
     run = {"ready_s": ready, "idle_s": idle, "cpu_to_ready": cpu_to_ready,
            "cpu_to_idle": cpu_to_idle, "rss_idle_mib": rss_idle / MIB,
            "cpu_per_resync": cpu / cycles, "idle_millicores": cpu / wall * 1000,
-           "rss_after_mib": operator.rss_bytes() / MIB, "writes": operator.writes()}
+           "rss_after_mib": operator.rss_bytes() / MIB, "writes": operator.writes(),
+           "target_reconciles_at_start": looked}
     assert operator.stop() == 0
     return run
 
 
 class Reconciled:
     """Waits, by the operator's own counts, until it has reconciled so many source and target
-    keys since its start and is idle."""
+    keys since its start and has stayed idle, those counts unchanged, for a second (a resync
+    hands its keys to the queue as it walks the cache, so one idle look can fall inside it)."""
 
     def __init__(self, operator: OperatorProcess) -> None:
         self._operator = operator
@@ -136,12 +143,21 @@ class Reconciled:
         return (scrape.value("configmirror_reconciles_total", role="source"),
                 scrape.value("configmirror_reconciles_total", role="target"))
 
-    def wait(self, sources: int, targets: int, timeout: float = 300) -> None:
+    def wait(self, sources: int, targets: int, timeout: float = 300) -> float:
+        """The time.monotonic() at which it went idle (a second before this returns)."""
+        quiet: list[tuple[float, tuple[float, float]]] = []  # since when, at which counts
+
         def done() -> bool:
             counted = self.counts()
-            return counted[0] >= sources and counted[1] >= targets and self._operator.idle()
+            if counted[0] < sources or counted[1] < targets or not self._operator.idle():
+                quiet.clear()
+                return False
+            if not quiet or quiet[0][1] != counted:
+                quiet[:] = [(time.monotonic(), counted)]
+            return time.monotonic() - quiet[0][0] >= 1.0
         wait(done, timeout, f"{sources} source and {targets} target reconciles, then idle",
              interval=0.2)
+        return quiet[0][0]
 
 
 if __name__ == "__main__":
