@@ -1,0 +1,152 @@
+"""A restart and a resync of the whole operator process, in instructions, by valgrind.
+
+    python bench/bench_restart_instructions.py --sources 20 --namespaces 500 --base DIR
+
+`bench_restart.py` times restarts and resyncs in CPU seconds, and on a shared machine those
+move with the machine's pace by more than a third from one minute to the next (the same tree's
+CPU to idle ranged 9.6-14.9 s over three rounds). This counts them: one converged cluster of
+SOURCES x NAMESPACES replicas, then each tree's operator started on it under valgrind
+(callgrind) with `--resync-period RESYNC`, and the instructions of every thread counted in two
+windows:
+  - restart: from the process's start to idle (every source planned, nothing left to do, the
+    operator's counts unchanged for three seconds), imports and the first lists included;
+  - resync: from there to the end of the first resync (every source planned again, and idle
+    as above), per key in the cache.
+Both include what serving the benchmark's /metrics scrapes costs (one a second). The count
+still depends a little on timing (what the threads do while they wait); TLS handshakes in each
+window are counted and printed. With `--base DIR` (a checkout of other code, e.g. a worktree
+of d0c25a1) the trees alternate, DIR/src first on the operator's path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_process_instructions import callgrind_totals
+from configmirror_testing.controlplane import free_port
+from configmirror_testing.scrape import Scrape
+from harness import Session, load_average, save, wait
+
+SOURCE_NS = "configmirror-bench-sources"
+QUIET = 3.0  # seconds idle, with unchanged counts, before a window is closed
+
+
+def one_arm(session: Session, src: str, sources: int, resync: int, out: Path
+            ) -> dict[str, float]:
+    """One operator of `src` under callgrind on the converged cluster: both windows."""
+    metrics, health = free_port(), free_port()
+    out.mkdir(parents=True, exist_ok=True)
+    args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/callgrind.%p",
+            sys.executable, "-m", "configmirror", "run",
+            "--kubeconfig", str(session.cluster.kubeconfig),
+            "--metrics-bind-address", f"127.0.0.1:{metrics}",
+            "--health-probe-bind-address", f"127.0.0.1:{health}", "--workers", "32",
+            "--log-level", "warning", "--resync-period", str(resync)]
+    with (out / "operator.log").open("wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": src, "PYTHONHASHSEED": "0"})
+    dumps = [0]
+
+    def dump() -> Path:
+        """Dump the counters (callgrind zeroes them after a dump); the newest dump."""
+        dumps[0] += 1
+        subprocess.run(["callgrind_control", "--dump", str(proc.pid)], check=True,
+                       capture_output=True, timeout=300)
+        wait(lambda: len(list(out.glob(f"callgrind.{proc.pid}.*"))) >= dumps[0], 300,
+             "callgrind's dump", interval=0.5)
+        time.sleep(2)  # the file is written in pieces
+        return max(out.glob(f"callgrind.{proc.pid}.*"), key=lambda p: int(p.suffix[1:]))
+
+    def planned(times: int) -> None:
+        """Wait until every source has been planned `times` times and the operator has been
+        idle, its reconcile counts unchanged, for QUIET seconds."""
+        quiet: list[tuple[float, tuple[float, float]]] = []
+
+        def done() -> bool:
+            scrape = Scrape.fetch(f"http://127.0.0.1:{metrics}/metrics", timeout=60)
+            if scrape is None:
+                return False
+            counts = (scrape.value("configmirror_reconciles_total", role="source"),
+                      scrape.value("configmirror_reconciles_total", role="target"))
+            if counts[0] < times * sources or not scrape.idle():
+                quiet.clear()
+                return False
+            if not quiet or quiet[0][1] != counts:
+                quiet[:] = [(time.monotonic(), counts)]
+            return time.monotonic() - quiet[0][0] >= QUIET
+        wait(done, 3600, f"every source planned {times} times, then idle", interval=1)
+
+    started = time.monotonic()
+    try:
+        planned(1)
+        restart = dump()
+        seconds = time.monotonic() - started
+        planned(2)
+        resync = dump()
+        scrape = Scrape.fetch(f"http://127.0.0.1:{metrics}/metrics", timeout=60)
+        writes = scrape.value("configmirror_replica_writes_total") if scrape else float("nan")
+    finally:
+        proc.terminate()
+        proc.wait(300)
+    (r_total, r_shakes, _), (s_total, s_shakes, _) = (callgrind_totals(d)
+                                                      for d in (restart, resync))
+    return {"restart": r_total, "restart_handshakes": r_shakes, "resync": s_total,
+            "resync_handshakes": s_shakes, "writes": writes, "restart_seconds": seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sources", type=int, default=20)
+    parser.add_argument("--namespaces", type=int, default=500)
+    parser.add_argument("--resync", type=int, default=150,
+                        help="--resync-period, seconds (valgrind makes a start-up slow)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--base", help="a checkout of the code to compare with")
+    args = parser.parse_args()
+    here = Path(__file__).resolve().parents[1]
+    trees = [("this tree", str(here / "src"))]
+    if args.base:
+        trees.append(("base", str(Path(args.base).resolve() / "src")))
+    keys = args.sources * args.namespaces + args.sources
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in trees}
+    with Session(None) as session, tempfile.TemporaryDirectory() as scratch:
+        cluster = session.cluster
+        cluster.namespaces(SOURCE_NS, 1)
+        cluster.namespaces("bench", args.namespaces)
+        cluster.create_sources(f"{SOURCE_NS}-000", args.sources, "bench-*")
+        operator = session.operator(32)
+        operator.wait_ready(120)
+        wait(lambda: session.watcher.live() >= args.sources * args.namespaces, 900,
+             "the replicas")
+        session.idle(operator, 300)
+        assert operator.stop() == 0
+        print(f"restart and resync, {args.sources} x {args.namespaces}, instructions "
+              f"(valgrind); {load_average()}")
+        for run in range(args.rounds):
+            for label, src in (trees if run % 2 == 0 else trees[::-1]):
+                got = one_arm(session, src, args.sources, args.resync,
+                              Path(scratch) / f"{run}-{label.replace(' ', '-')}")
+                runs[label].append(got)
+                print(f"  run {run + 1} {label:9s} restart {got['restart'] / 1e9:6.3f} G "
+                      f"({got['restart_handshakes']:.0f} TLS handshakes), resync "
+                      f"{got['resync'] / 1e9:6.3f} G ({got['resync'] / keys / 1000:.1f} "
+                      f"thousand per key, {got['resync_handshakes']:.0f} handshakes); "
+                      f"{got['writes']:.0f} writes", flush=True)
+    if args.base:
+        for window in ("restart", "resync"):
+            ours, base = (sum(r[window] for r in runs[label]) for label in ("this tree", "base"))
+            print(f"  this tree / base, {window}, over {args.rounds} rounds: {ours / base:.2f}")
+    save(f"restart-instructions-{args.sources}x{args.namespaces}", {
+        "sources": args.sources, "namespaces": args.namespaces, "resync": args.resync,
+        "runs": runs, "trees": dict(trees)})
+
+
+if __name__ == "__main__":
+    main()
