@@ -32,7 +32,7 @@ from pathlib import Path
 
 from configmirror_testing.controlplane import free_port
 from configmirror_testing.scrape import Scrape
-from harness import RESULTS, Session, load_average, parallel, wait
+from harness import REPO, RESULTS, Session, load_average, parallel, wait
 
 SOURCE_NS = "configmirror-bench-sources"
 HANDSHAKE = "_ssl__SSLSocket_do_handshake"
@@ -67,20 +67,48 @@ def callgrind_totals(path: Path) -> tuple[int, int, int]:
     return total, handshakes, handshake_cost
 
 
-def one_arm(session: Session, src: str, namespaces: int, out: Path) -> dict[str, float]:
-    """One operator of `src` under callgrind: the window's instructions per write."""
-    cluster, watcher = session.cluster, session.watcher
-    metrics, health = free_port(), free_port()
+def trees_of(base: str | None) -> list[tuple[str, str]]:
+    """("this tree", its src/), and with --base ("base", that checkout's src/)."""
+    trees = [("this tree", str(REPO / "src"))]
+    if base:
+        trees.append(("base", str(Path(base).resolve() / "src")))
+    return trees
+
+
+def callgrind_operator(session: Session, src: str, out: Path, log: Path, metrics: int,
+                       health: int, *flags: str) -> subprocess.Popen[bytes]:
+    """`configmirror run` of `src` under callgrind (its dumps in `out`), on the session's
+    cluster, serving /metrics and the probes on `metrics` and `health`."""
     out.mkdir(parents=True, exist_ok=True)
     args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/callgrind.%p",
-            sys.executable, "-m", "configmirror", "run", "--kubeconfig", str(cluster.kubeconfig),
+            sys.executable, "-m", "configmirror", "run",
+            "--kubeconfig", str(session.cluster.kubeconfig),
             "--metrics-bind-address", f"127.0.0.1:{metrics}",
             "--health-probe-bind-address", f"127.0.0.1:{health}", "--workers", "32",
-            "--log-level", "warning", "--kube-api-qps", "0"]
-    with (RESULTS / "process-instructions.log").open("ab") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+            "--log-level", "warning", *flags]
+    with log.open("ab") as output:
+        return subprocess.Popen(args, stdout=output, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONPATH": src, "PYTHONHASHSEED": "0"})
+
+
+def dump(proc: subprocess.Popen[bytes], out: Path, count: int) -> Path:
+    """Dump the counters of `proc` (callgrind zeroes them after a dump), its `count`th; the
+    newest dump."""
+    subprocess.run(["callgrind_control", "--dump", str(proc.pid)], check=True,
+                   capture_output=True, timeout=300)
+    wait(lambda: len(list(out.glob(f"callgrind.{proc.pid}.*"))) >= count, 300,
+         "callgrind's dump", interval=0.5)
+    time.sleep(1)  # the file is written in pieces
+    return max(out.glob(f"callgrind.{proc.pid}.*"), key=lambda p: int(p.suffix[1:]))
+
+
+def one_arm(session: Session, src: str, namespaces: int, out: Path) -> dict[str, float]:
+    """One operator of `src` under callgrind: the window's instructions per write."""
+    watcher = session.watcher
+    metrics, health = free_port(), free_port()
+    proc = callgrind_operator(session, src, out, RESULTS / "process-instructions.log",
+                              metrics, health, "--kube-api-qps", "0")
 
     def probe(url: str) -> bytes | None:
         try:
@@ -89,15 +117,6 @@ def one_arm(session: Session, src: str, namespaces: int, out: Path) -> dict[str,
         except OSError:
             return None
 
-    def dump(count: int) -> Path:
-        """Dump the counters (callgrind zeroes them after a dump); the newest dump."""
-        subprocess.run(["callgrind_control", "--dump", str(proc.pid)], check=True,
-                       capture_output=True)
-        wait(lambda: len(list(out.glob(f"callgrind.{proc.pid}.*"))) >= count, 120,
-             "callgrind's dump", interval=0.5)
-        time.sleep(1)  # the file is written in pieces
-        return max(out.glob(f"callgrind.{proc.pid}.*"), key=lambda p: int(p.suffix[1:]))
-
     def idle() -> bool:
         scrape = Scrape.fetch(f"http://127.0.0.1:{metrics}/metrics", timeout=60)
         return scrape is not None and scrape.idle()
@@ -105,12 +124,12 @@ def one_arm(session: Session, src: str, namespaces: int, out: Path) -> dict[str,
     try:
         wait(lambda: probe(f"http://127.0.0.1:{health}/readyz") == b"ok", 900,
              "the operator under valgrind to be ready", interval=0.5)
-        dump(1)
+        dump(proc, out, 1)
         started = time.monotonic()
         wait(lambda: watcher.live() >= namespaces, 1800, "the replicas", interval=0.5)
         seconds = time.monotonic() - started
         wait(idle, 900, "the operator to be idle", interval=1)
-        window = dump(2)
+        window = dump(proc, out, 2)
         scrape = Scrape.fetch(f"http://127.0.0.1:{metrics}/metrics", timeout=60)
         writes = scrape.value("configmirror_replica_writes_total") if scrape else float("nan")
     finally:
@@ -128,10 +147,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--base", help="a checkout of the code to compare with")
     args = parser.parse_args()
-    here = Path(__file__).resolve().parents[1]
-    trees = [("this tree", str(here / "src"))]
-    if args.base:
-        trees.insert(0, ("base", str(Path(args.base).resolve() / "src")))
+    trees = trees_of(args.base)[::-1]  # the base first
     figures: Counter[str] = Counter()
     with Session(None) as session, tempfile.TemporaryDirectory() as scratch:
         cluster, watcher = session.cluster, session.watcher

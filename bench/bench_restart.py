@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from configmirror.settings import parse_duration
-from configmirror_testing.operator import OperatorProcess
+from configmirror_testing.scrape import Scrape
 from harness import (
     Session,
     common_args,
@@ -110,12 +110,12 @@ def restart(session: Session, workers: int, resync: str, cycles: int, sources: i
     operator = session.operator(workers, "--resync-period", resync, env=env)
     operator.wait_ready(300)
     ready, cpu_to_ready = time.monotonic() - started, operator.cpu_seconds()
-    reconciled = Reconciled(operator)
+    reconciled = Reconciled(f"http://127.0.0.1:{operator.metrics_port}/metrics")
     # Idle once every source is planned: the keys of the first list are all queued before
     # the first worker runs, so nothing is left then.
     idle = reconciled.wait(sources, 0) - started
     cpu_to_idle, rss_idle = operator.cpu_seconds(), operator.rss_bytes()
-    looked = reconciled.counts()[1]  # target reconciles at start-up (7a6a820: orphans only)
+    looked = reconciled.look()[0][1]  # target reconciles at start-up (7a6a820: orphans only)
     # Whole cycles: from the end of the first resync to the end of the last.
     reconciled.wait(2 * sources, 0, timeout=parse_duration(resync) + 300)
     cycle_start, cycle_cpu = time.monotonic(), operator.cpu_seconds()
@@ -131,32 +131,38 @@ def restart(session: Session, workers: int, resync: str, cycles: int, sources: i
 
 
 class Reconciled:
-    """Waits, by the operator's own counts, until it has reconciled so many source and target
-    keys since its start and has stayed idle, those counts unchanged, for a second (a resync
-    hands its keys to the queue as it walks the cache, so one idle look can fall inside it)."""
+    """Waits, by the operator's own counts on /metrics at `url`, until it has reconciled so
+    many source and target keys since its start and has stayed idle, those counts unchanged,
+    for `quiet` seconds (a resync hands its keys to the queue as it walks the cache, so one
+    idle look can fall inside it)."""
 
-    def __init__(self, operator: OperatorProcess) -> None:
-        self._operator = operator
+    def __init__(self, url: str, quiet: float = 1.0) -> None:
+        self._url, self._quiet = url, quiet
 
-    def counts(self) -> tuple[float, float]:
-        scrape = self._operator.scrape()
-        return (scrape.value("configmirror_reconciles_total", role="source"),
-                scrape.value("configmirror_reconciles_total", role="target"))
+    def look(self) -> tuple[tuple[float, float], bool]:
+        """((source, target) reconciles so far, idle), from one scrape (nothing yet, and not
+        idle, while the process does not answer)."""
+        scrape = Scrape.fetch(self._url, timeout=60)
+        if scrape is None:
+            return (0.0, 0.0), False
+        return ((scrape.value("configmirror_reconciles_total", role="source"),
+                 scrape.value("configmirror_reconciles_total", role="target")), scrape.idle())
 
-    def wait(self, sources: int, targets: int, timeout: float = 300) -> float:
-        """The time.monotonic() at which it went idle (a second before this returns)."""
+    def wait(self, sources: int, targets: int, timeout: float = 300,
+             interval: float = 0.2) -> float:
+        """The time.monotonic() at which it went idle (`quiet` seconds before this returns)."""
         quiet: list[tuple[float, tuple[float, float]]] = []  # since when, at which counts
 
         def done() -> bool:
-            counted = self.counts()
-            if counted[0] < sources or counted[1] < targets or not self._operator.idle():
+            counted, idle = self.look()
+            if counted[0] < sources or counted[1] < targets or not idle:
                 quiet.clear()
                 return False
             if not quiet or quiet[0][1] != counted:
                 quiet[:] = [(time.monotonic(), counted)]
-            return time.monotonic() - quiet[0][0] >= 1.0
+            return time.monotonic() - quiet[0][0] >= self._quiet
         wait(done, timeout, f"{sources} source and {targets} target reconciles, then idle",
-             interval=0.2)
+             interval=interval)
         return quiet[0][0]
 
 

@@ -21,14 +21,12 @@ of d0c25a1) the trees alternate, DIR/src first on the operator's path.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_process_instructions import callgrind_totals
+from bench_process_instructions import callgrind_operator, callgrind_totals, dump, trees_of
+from bench_restart import Reconciled
 from configmirror_testing.controlplane import free_port
 from configmirror_testing.scrape import Scrape
 from harness import Session, load_average, save, wait
@@ -41,64 +39,28 @@ def one_arm(session: Session, src: str, sources: int, resync: int, out: Path
             ) -> dict[str, float]:
     """One operator of `src` under callgrind on the converged cluster: both windows."""
     metrics, health = free_port(), free_port()
-    out.mkdir(parents=True, exist_ok=True)
-    args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/callgrind.%p",
-            sys.executable, "-m", "configmirror", "run",
-            "--kubeconfig", str(session.cluster.kubeconfig),
-            "--metrics-bind-address", f"127.0.0.1:{metrics}",
-            "--health-probe-bind-address", f"127.0.0.1:{health}", "--workers", "32",
-            "--log-level", "warning", "--resync-period", str(resync)]
-    with (out / "operator.log").open("wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONPATH": src, "PYTHONHASHSEED": "0"})
-    dumps = [0]
-
-    def dump() -> Path:
-        """Dump the counters (callgrind zeroes them after a dump); the newest dump."""
-        dumps[0] += 1
-        subprocess.run(["callgrind_control", "--dump", str(proc.pid)], check=True,
-                       capture_output=True, timeout=300)
-        wait(lambda: len(list(out.glob(f"callgrind.{proc.pid}.*"))) >= dumps[0], 300,
-             "callgrind's dump", interval=0.5)
-        time.sleep(2)  # the file is written in pieces
-        return max(out.glob(f"callgrind.{proc.pid}.*"), key=lambda p: int(p.suffix[1:]))
-
-    def planned(times: int) -> None:
-        """Wait until every source has been planned `times` times and the operator has been
-        idle, its reconcile counts unchanged, for QUIET seconds."""
-        quiet: list[tuple[float, tuple[float, float]]] = []
-
-        def done() -> bool:
-            scrape = Scrape.fetch(f"http://127.0.0.1:{metrics}/metrics", timeout=60)
-            if scrape is None:
-                return False
-            counts = (scrape.value("configmirror_reconciles_total", role="source"),
-                      scrape.value("configmirror_reconciles_total", role="target"))
-            if counts[0] < times * sources or not scrape.idle():
-                quiet.clear()
-                return False
-            if not quiet or quiet[0][1] != counts:
-                quiet[:] = [(time.monotonic(), counts)]
-            return time.monotonic() - quiet[0][0] >= QUIET
-        wait(done, 3600, f"every source planned {times} times, then idle", interval=1)
-
+    proc = callgrind_operator(session, src, out, out / "operator.log", metrics, health,
+                              "--resync-period", str(resync))
+    reconciled = Reconciled(f"http://127.0.0.1:{metrics}/metrics", quiet=QUIET)
     started = time.monotonic()
     try:
-        planned(1)
-        restart = dump()
+        # Every source planned once (start-up), then again (the first resync), each time
+        # followed by QUIET seconds idle.
+        reconciled.wait(sources, 0, timeout=3600, interval=1)
+        restart_dump = dump(proc, out, 1)
         seconds = time.monotonic() - started
-        planned(2)
-        resync = dump()
-        scrape = Scrape.fetch(f"http://127.0.0.1:{metrics}/metrics", timeout=60)
-        writes = scrape.value("configmirror_replica_writes_total") if scrape else float("nan")
+        reconciled.wait(2 * sources, 0, timeout=3600, interval=1)
+        resync_dump = dump(proc, out, 2)
+        writes = Scrape.fetch(f"http://127.0.0.1:{metrics}/metrics", timeout=60)
     finally:
         proc.terminate()
         proc.wait(300)
     (r_total, r_shakes, _), (s_total, s_shakes, _) = (callgrind_totals(d)
-                                                      for d in (restart, resync))
+                                                      for d in (restart_dump, resync_dump))
     return {"restart": r_total, "restart_handshakes": r_shakes, "resync": s_total,
-            "resync_handshakes": s_shakes, "writes": writes, "restart_seconds": seconds}
+            "resync_handshakes": s_shakes, "restart_seconds": seconds,
+            "writes": writes.value("configmirror_replica_writes_total") if writes
+            else float("nan")}
 
 
 def main() -> None:
@@ -110,10 +72,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--base", help="a checkout of the code to compare with")
     args = parser.parse_args()
-    here = Path(__file__).resolve().parents[1]
-    trees = [("this tree", str(here / "src"))]
-    if args.base:
-        trees.append(("base", str(Path(args.base).resolve() / "src")))
+    trees = trees_of(args.base)
     keys = args.sources * args.namespaces + args.sources
     runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in trees}
     with Session(None) as session, tempfile.TemporaryDirectory() as scratch:
