@@ -52,7 +52,7 @@ RUN /opt/configmirror/bin/pip install --no-cache-dir --no-index --no-deps \
     && /opt/configmirror/bin/pip uninstall --yes --disable-pip-version-check \
        aiohttp aiohttp-retry aiohappyeyeballs aiosignal attrs frozenlist multidict propcache \
        yarl pip setuptools \
-    && /opt/configmirror/bin/python -c "import configmirror.cli, configmirror.manager"
+    && /opt/configmirror/bin/python -c "import configmirror.cli.main, configmirror.operator.manager"
 
 FROM runtime AS offline
 COPY --from=offline-venv /opt/configmirror /opt/configmirror
@@ -88,7 +88,7 @@ RUN /opt/configmirror/bin/pip install --no-cache-dir --no-index --no-deps \
     && /opt/configmirror/bin/pip uninstall --yes --disable-pip-version-check \
        aiohttp aiohttp-retry aiohappyeyeballs aiosignal attrs frozenlist multidict propcache \
        yarl pip setuptools \
-    && /opt/configmirror/bin/python -c "import configmirror.cli, configmirror.manager"
+    && /opt/configmirror/bin/python -c "import configmirror.cli.main, configmirror.operator.manager"
 
 FROM runtime
 COPY --from=venv /opt/configmirror /opt/configmirror

@@ -40,8 +40,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from configmirror.kube import ApiError, Kube
-from configmirror.spec import REPLICATE_TO
+from configmirror.client.kube import ApiError, Kube
+from configmirror.replication.spec import REPLICATE_TO
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.faultproxy import FaultProxy
 from configmirror_testing.objects import service_account_token, token_kubeconfig

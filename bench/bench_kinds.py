@@ -34,7 +34,7 @@ import statistics
 import time
 from typing import Any
 
-from configmirror.spec import REPLICATE_TO_MATCHING
+from configmirror.replication.spec import REPLICATE_TO_MATCHING
 from configmirror.vocabulary import CONFIGMAP, NETWORKPOLICY, OPTIONAL, Kind
 from configmirror_testing.objects import KIND_CONTENTS, of_kind
 from configmirror_testing.operator import OperatorProcess

@@ -36,7 +36,7 @@ from harness import (
 def interpreter_baseline() -> int:
     """RSS of a Python that has imported everything the operator imports, and nothing else."""
     child = subprocess.Popen(
-        [sys.executable, "-c", "import configmirror.cli, configmirror.manager, sys; "
+        [sys.executable, "-c", "import configmirror.cli.main, configmirror.operator.manager, sys; "
          "print('ready', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stdout.readline().strip() == "ready"

@@ -26,7 +26,7 @@ import statistics
 import time
 from pathlib import Path
 
-from configmirror.settings import parse_duration
+from configmirror.operator.settings import parse_duration
 from configmirror_testing.scrape import Scrape
 from harness import (
     Session,

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from configmirror.workqueue import WorkQueue
+from configmirror.controller.workqueue import WorkQueue
 
 
 def stdlib_single(keys: list[str]) -> float:

@@ -94,17 +94,17 @@ def arm(namespaces: int, profile: bool, limit: int | None = None) -> dict[str, A
     from kubernetes import client as k8s_client
 
     import configmirror
-    from configmirror import transport
-    from configmirror.kube import Kube
-    from configmirror.manager import Manager
-    from configmirror.model import REPLICA_OF
-    from configmirror.plan import desired_body
-    from configmirror.settings import Settings
-    from configmirror.spec import REPLICATE_TO
+    from configmirror.client import transport
+    from configmirror.client.kube import Kube
+    from configmirror.operator.manager import Manager
+    from configmirror.operator.settings import Settings
+    from configmirror.replication.model import REPLICA_OF
+    from configmirror.replication.plan import desired_body
+    from configmirror.replication.spec import REPLICATE_TO
     try:
         from configmirror.vocabulary import CONFIGMAP
     except ImportError:  # the code before the vocabulary module (494891f)
-        from configmirror.model import CONFIGMAP  # type: ignore[no-redef,attr-defined]
+        from configmirror.replication.model import CONFIGMAP  # type: ignore[no-redef,attr-defined]
 
     configuration = k8s_client.Configuration()
     configuration.host = "http://127.0.0.1:9"

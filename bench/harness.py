@@ -27,11 +27,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from configmirror.kube import ApiError, Kube, load_configuration
-from configmirror.model import REPLICA_LABEL
-from configmirror.plan import desired_body
-from configmirror.settings import Settings
-from configmirror.spec import REPLICATE_TO
+from configmirror.client.kube import ApiError, Kube, load_configuration
+from configmirror.operator.settings import Settings
+from configmirror.replication.model import REPLICA_LABEL
+from configmirror.replication.plan import desired_body
+from configmirror.replication.spec import REPLICATE_TO
 from configmirror.vocabulary import CONFIGMAP, CONFIGMAPS, Resource
 from configmirror_testing.controlplane import ControlPlane, find_assets
 from configmirror_testing.objects import cached

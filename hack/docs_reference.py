@@ -5,8 +5,9 @@
     python hack/docs_reference.py --check  # exit 1 naming each page that differs
 
 Each page is read from what the program itself uses: the annotations from
-`configmirror.spec.ANNOTATIONS` and the marks from `configmirror.model`, the flags by walking
-`configmirror.cli`'s argument parser (built with no CONFIGMIRROR_* variable set), the metrics
+`configmirror.replication.spec.ANNOTATIONS` and the marks from
+`configmirror.replication.model`, the flags by walking
+`configmirror.cli.main`'s argument parser (built with no CONFIGMIRROR_* variable set), the metrics
 from the registry `configmirror.metrics.Metrics` builds, the Event reasons from the
 recorder's calls in `src/` (their meaning is the table below: a reason the code gains without
 one stops the generator), the chart's values from values.schema.json with their defaults and
@@ -102,8 +103,9 @@ def _table(head: list[str], rows: Iterator[list[str]] | list[list[str]]) -> str:
 # -- annotations ----------------------------------------------------------------------------------
 
 def annotations_page() -> str:
-    from configmirror import model, spec
-    page = HEADER.format(source="configmirror.spec.ANNOTATIONS and configmirror.model")
+    from configmirror.replication import model, spec
+    page = HEADER.format(source="configmirror.replication.spec.ANNOTATIONS and "
+                                "configmirror.replication.model")
     page += ("# Annotations and labels\n\nThe prefix is `configmirror.io/`. A source is an object "
              "with `replicate-to`, `replicate-to-matching`, `pull-allowed` or "
              "`pull-allowed-matching`. A value that does not parse is an `InvalidSpec` Event on "
@@ -126,7 +128,8 @@ _SHOWN = re.compile(r"\s*\(default: (.*)\)$")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from configmirror import cli, flags
+    from configmirror.cli import flags
+    from configmirror.cli import main as cli
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(flags.ENV_PREFIX)}
     try:
         return cli._parser()
@@ -253,7 +256,7 @@ def events_in_code() -> dict[str, str]:
     was given) one of the CamelCase first elements of the (reason, message) pairs in that
     module."""
     found: dict[str, str] = {}
-    for path in sorted((REPO / "src" / "configmirror").glob("*.py")):
+    for path in sorted((REPO / "src" / "configmirror").rglob("*.py")):
         tree = ast.parse(path.read_text())
         constants = {t.id: n.value.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
                      for t in n.targets if isinstance(t, ast.Name)

@@ -2,6 +2,6 @@
 
 import sys
 
-from configmirror.cli import main
+from configmirror.cli.main import main
 
 sys.exit(main())

@@ -259,7 +259,7 @@ class Count:
 
 
 class PrometheusQueueMetrics:
-    """configmirror.workqueue.QueueMetrics backed by Prometheus, labelled by queue name."""
+    """The work queue's QueueMetrics backed by Prometheus, labelled by queue name."""
 
     def __init__(self, metrics: Metrics, name: str) -> None:
         self._metrics = metrics

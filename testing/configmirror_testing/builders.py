@@ -11,15 +11,21 @@ from __future__ import annotations
 import copy
 from typing import Any, TypeAlias
 
-from configmirror.model import CachedObject, Caches, Namespace, namespace_from_json, object_indexers
-from configmirror.plan import (
+from configmirror.client.store import Store
+from configmirror.replication.model import (
+    CachedObject,
+    Caches,
+    Namespace,
+    namespace_from_json,
+    object_indexers,
+)
+from configmirror.replication.plan import (
     Grace,
     ReplicationPlan,
     desired_body,
     plan_source,
 )
-from configmirror.spec import DEFAULT_EXCLUDED, PULL, REPLICATE_TO, Scope
-from configmirror.store import Store
+from configmirror.replication.spec import DEFAULT_EXCLUDED, PULL, REPLICATE_TO, Scope
 from configmirror.vocabulary import CONFIGMAP, Kind
 from configmirror_testing import objects, othertools
 

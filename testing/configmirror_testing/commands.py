@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from configmirror import cli, flags
+from configmirror.cli import flags
+from configmirror.cli import main as cli
 
 
 def parsed(*argv: str) -> argparse.Namespace:

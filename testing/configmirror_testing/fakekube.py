@@ -1,4 +1,4 @@
-"""The one stand-in for configmirror.kube.Kube in unit tests of pure logic and error paths.
+"""The one stand-in for configmirror.client.kube.Kube in unit tests of pure logic and error paths.
 
 `FakeKube.request` answers as the API server would for one resource's objects (`resource`,
 ConfigMaps by default) held in `objects` by "namespace/name": create (409 if it exists),
@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from configmirror.client.kube import ApiError
 from configmirror.clock import Clock, FakeClock
-from configmirror.kube import ApiError
 
 HOLD_LIMIT = 10.0
 """The longest a held request waits for its release (a test that forgets it still ends)."""

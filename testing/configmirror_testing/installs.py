@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
-from configmirror.spec import REPLICATE_TO
+from configmirror.replication.spec import REPLICATE_TO
 from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, configmap, events, read, wait_replica
 from configmirror_testing.wait import wait_for

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from configmirror.model import DEFAULT_RULES, CachedObject, object_from_json
+from configmirror.replication.model import DEFAULT_RULES, CachedObject, object_from_json
 from configmirror.vocabulary import CONFIGMAP, Kind, Resource
 from configmirror_testing.wait import wait_for
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from configmirror.spec import REPLICATE_TO
+from configmirror.replication.spec import REPLICATE_TO
 from configmirror_testing.cluster import REPO, Cluster, Namespaces, require_docker, start_plane
 from configmirror_testing.e2e import read
 from configmirror_testing.objects import configmap, service_account_token

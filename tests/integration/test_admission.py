@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from configmirror.admission import ADMITTED
-from configmirror.model import REPLICA_LABEL
-from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror.replication.admission import ADMITTED
+from configmirror.replication.model import REPLICA_LABEL
+from configmirror.replication.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.cluster import Cluster, Namespaces, unique_name
 from configmirror_testing.e2e import (
     Operator,

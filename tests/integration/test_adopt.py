@@ -22,8 +22,8 @@ import pytest
 import yaml
 from kubernetes import client, watch
 
-from configmirror.adoption import RF, RP
-from configmirror.spec import ADOPT
+from configmirror.replication.adoption import RF, RP
+from configmirror.replication.spec import ADOPT
 from configmirror_testing import othertools
 from configmirror_testing.cluster import Cluster, Namespaces, unique_name
 from configmirror_testing.e2e import Operators, events, operator_writes

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from configmirror.caches import ClusterCache, Replicated
-from configmirror.kube import Kube, load_configuration
-from configmirror.model import DEFAULT_RULES, CachedObject
-from configmirror.spec import DEFAULT_EXCLUDED, Scope
+from configmirror.client.kube import Kube, load_configuration
+from configmirror.operator.caches import ClusterInformers, Replicated
+from configmirror.replication.model import DEFAULT_RULES, CachedObject
+from configmirror.replication.spec import DEFAULT_EXCLUDED, Scope
 from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
 from configmirror_testing.cluster import Cluster
 from configmirror_testing.wait import wait_for
@@ -44,7 +44,7 @@ def test_each_secret_name_is_listed_alone_and_the_kind_read_as_one_cache(
         make_secret(cluster, namespace, name)
     cluster.core.create_namespaced_config_map(namespace, client.V1ConfigMap(
         metadata=client.V1ObjectMeta(name="cfg"), data={"k": "v"}))
-    cache = ClusterCache(kube, KINDS, DEFAULT_RULES)
+    cache = ClusterInformers(kube, KINDS, DEFAULT_RULES)
     assert [i.name for i in cache.informers] == [
         "namespaces", "configmaps", "secrets:tls", "secrets:creds"]
     cache.list_once()
@@ -70,7 +70,7 @@ def test_a_started_cache_tells_each_change_with_its_kind_watches_and_joins_its_t
         if new is not None:
             told.append((kind, new.key))
 
-    cache = ClusterCache(kube, KINDS, DEFAULT_RULES, on_object=on_object)
+    cache = ClusterInformers(kube, KINDS, DEFAULT_RULES, on_object=on_object)
     threads = {f"informer-{i.name}" for i in cache.informers}
     cache.start()
     try:

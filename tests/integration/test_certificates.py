@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from configmirror.spec import COPY_KEYS, REPLICA_TYPE, REPLICATE_TO
+from configmirror.replication.spec import COPY_KEYS, REPLICA_TYPE, REPLICATE_TO
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import (
     Operators,

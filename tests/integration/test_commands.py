@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from configmirror.spec import REPLICATE_TO
+from configmirror.replication.spec import REPLICATE_TO
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import Operator, configmap, wait_replica
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from configmirror.spec import REPLICATE_TO
+from configmirror.replication.spec import REPLICATE_TO
 from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, configmap, events, read
 from configmirror_testing.installs import (

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from configmirror.caches import ClusterCache, KindCache, Replicated
+from configmirror.client.events import EventRecorder
+from configmirror.client.kube import Kube, load_configuration
 from configmirror.clock import RealClock
-from configmirror.events import EventRecorder
-from configmirror.kube import Kube, load_configuration
-from configmirror.memory import Memory
 from configmirror.metrics import Metrics
-from configmirror.model import DEFAULT_RULES, target_key
-from configmirror.replicator import Replicator
-from configmirror.spec import DEFAULT_EXCLUDED, REPLICATE_TO, Scope
+from configmirror.operator.caches import ClusterInformers, KindInformers, Replicated
+from configmirror.operator.memory import Memory
+from configmirror.operator.replicator import Replicator
+from configmirror.replication.model import DEFAULT_RULES, target_key
+from configmirror.replication.spec import DEFAULT_EXCLUDED, REPLICATE_TO, Scope
 from configmirror.vocabulary import CONFIGMAP
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import configmap, read
@@ -34,11 +34,11 @@ class Gap:
     """A replicator whose caches move only when the test relists them."""
 
     replicator: Replicator
-    cache: ClusterCache
+    cache: ClusterInformers
     metrics: Metrics
 
     @property
-    def configmaps(self) -> KindCache:
+    def configmaps(self) -> KindInformers:
         return self.cache.kinds[CONFIGMAP]
 
     def relist(self) -> None:
@@ -57,7 +57,7 @@ def gap(cluster: Cluster) -> Iterator[Gap]:
     try:
         # The operator's own wiring, listed by hand and never watched.
         replicated = Replicated(CONFIGMAP, (), Scope.from_flags("*", DEFAULT_EXCLUDED))
-        cache = ClusterCache(kube, [replicated], DEFAULT_RULES)
+        cache = ClusterInformers(kube, [replicated], DEFAULT_RULES)
         configmaps = cache.kinds[CONFIGMAP]
         metrics = Metrics()
         replicator = Replicator(

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror.replication.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror.vocabulary import CONFIGMAP
 from configmirror_testing.cluster import Cluster, Namespaces, unique_name
 from configmirror_testing.controlplane import ControlPlane

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from configmirror.model import REPLICA_LABEL, REPLICA_OF
-from configmirror.spec import COPY_ANNOTATIONS, COPY_LABELS, REPLICATE_TO
+from configmirror.replication.model import REPLICA_LABEL, REPLICA_OF
+from configmirror.replication.spec import COPY_ANNOTATIONS, COPY_LABELS, REPLICATE_TO
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import (
     Operator,

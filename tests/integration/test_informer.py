@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 from kubernetes import client
 
-from configmirror.kube import Kube, load_configuration
+from configmirror.client.kube import Kube, load_configuration
+from configmirror.client.store import Store
 from configmirror.metrics import Metrics
-from configmirror.model import DEFAULT_RULES, object_transform
-from configmirror.model import CachedObject as ConfigMap
-from configmirror.store import Store
+from configmirror.replication.model import DEFAULT_RULES, object_transform
+from configmirror.replication.model import CachedObject as ConfigMap
 from configmirror.vocabulary import CONFIGMAP, CONFIGMAPS
 from configmirror_testing.cluster import Cluster
 from configmirror_testing.wait import wait_for
@@ -48,7 +48,7 @@ class Recorder:
 
 class Harness:
     def __init__(self, cluster: Cluster, min_watch_timeout: int = 300) -> None:
-        from configmirror.informer import Informer
+        from configmirror.client.informer import Informer
 
         self.kube = Kube(load_configuration(str(cluster.kubeconfig)))
         self.store: Store[ConfigMap] = Store()

@@ -23,8 +23,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from configmirror.model import RELEASED_FROM, REPLICA_OF
-from configmirror.spec import (
+from configmirror.replication.model import RELEASED_FROM, REPLICA_OF
+from configmirror.replication.spec import (
     ON_DELETE,
     PULL,
     PULL_ALLOWED,

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 from kubernetes import client
 
-from configmirror.kube import Kube, load_configuration
-from configmirror.leaderelection import LeaderElector
+from configmirror.client.kube import Kube, load_configuration
+from configmirror.client.leaderelection import LeaderElector
 from configmirror_testing.cluster import Cluster
 from configmirror_testing.wait import wait_for
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from configmirror.model import RELEASED_FROM, REPLICA_LABEL
-from configmirror.spec import ON_DELETE, REPLICATE_TO, REPLICATE_TO_MATCHING, SYNC
+from configmirror.replication.model import RELEASED_FROM, REPLICA_LABEL
+from configmirror.replication.spec import ON_DELETE, REPLICATE_TO, REPLICATE_TO_MATCHING, SYNC
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import (
     Operator,

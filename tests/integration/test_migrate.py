@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO
+from configmirror.replication.spec import PULL, PULL_ALLOWED, REPLICATE_TO
 from configmirror_testing.cluster import Cluster, Namespaces, unique_name
 from configmirror_testing.e2e import Operators, configmap, read, wait_replica
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror.replication.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.cluster import Cluster, Namespaces, start_plane, unique_name
 from configmirror_testing.e2e import Operators, configmap, events
 from configmirror_testing.faultproxy import FaultProxy

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror.replication.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.cluster import Cluster, Namespaces, unique_name
 from configmirror_testing.e2e import (
     Operators,

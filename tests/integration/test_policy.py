@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from configmirror.kube import Kube, load_configuration
-from configmirror.policy import Publisher, find, judge_with
-from configmirror.settings import Settings
+from configmirror.client.kube import Kube, load_configuration
+from configmirror.operator.policy import Publisher, find, judge_with
+from configmirror.operator.settings import Settings
 from configmirror_testing.cluster import Cluster
 from configmirror_testing.e2e import read
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from configmirror.spec import PULL, PULL_ALLOWED, PULL_ALLOWED_MATCHING, REPLICATE_TO
+from configmirror.replication.spec import PULL, PULL_ALLOWED, PULL_ALLOWED_MATCHING, REPLICATE_TO
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import Operator, Operators, configmap, events, read, wait_replica
 from configmirror_testing.wait import wait_for

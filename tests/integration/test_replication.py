@@ -20,8 +20,8 @@ import base64
 import pytest
 from kubernetes import client
 
-from configmirror.model import CONTENT_HASH, MANAGED_BY, REPLICA_LABEL, REPLICA_OF
-from configmirror.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror.replication.model import CONTENT_HASH, MANAGED_BY, REPLICA_LABEL, REPLICA_OF
+from configmirror.replication.spec import REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import (
     Flavour,

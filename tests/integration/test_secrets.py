@@ -21,7 +21,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING
+from configmirror.replication.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING
 from configmirror_testing.cluster import REPO, Cluster, Namespaces
 from configmirror_testing.e2e import Operators, events, restart_writes_nothing
 from configmirror_testing.installs import deploy_with_components, read_secret

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from configmirror.model import REPLICA_LABEL
-from configmirror.spec import REPLICATE_TO
+from configmirror.replication.model import REPLICA_LABEL
+from configmirror.replication.spec import REPLICATE_TO
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import Operator, Operators, configmap, events, read
 from configmirror_testing.wait import wait_for

@@ -16,7 +16,7 @@ import time
 import pytest
 from kubernetes import client
 
-from configmirror.spec import REPLICATE_TO
+from configmirror.replication.spec import REPLICATE_TO
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.deployed import DeployedOperator
 from configmirror_testing.e2e import Flavour, configmap, read, wait_replica

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from configmirror.spec import REPLICATE_TO
+from configmirror.replication.spec import REPLICATE_TO
 from configmirror_testing.cluster import Cluster, Namespaces
 from configmirror_testing.e2e import Flavour, configmap, wait_replica
 from configmirror_testing.helm import cluster_scoped_objects, release_objects

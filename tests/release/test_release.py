@@ -155,7 +155,8 @@ def test_each_image_runs_configmirror_as_a_numeric_non_root_user_and_holds_no_te
     assert config["config"]["Entrypoint"] == ["configmirror"]
     assert config["config"]["Cmd"] == ["run"]
     files = release.layer_files(digest)
-    assert any(f.startswith("/opt/configmirror/lib/python3") and f.endswith("/configmirror/cli.py")
+    assert any(f.startswith("/opt/configmirror/lib/python3") and f.endswith(
+                   "/configmirror/cli/main.py")
                for f in files), "configmirror is not in the venv"
     shipped = sorted(f for f in files if any(bad in f for bad in NOT_SHIPPED)
                      or "configmirror_testing" in f or f.startswith("/opt/configmirror/tests"))

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from configmirror import cli
+from configmirror.cli import main as cli
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from configmirror.admission import (
+from configmirror.replication.admission import (
     ADMITTED,
     admitted_mark,
     changed,

@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 from pytest_mock import MockerFixture
 
-from configmirror.adoption import RF_REFLECTS, RP_KEYS, adoption_patch, mirror_of
+from configmirror.client.events import EventRecorder
 from configmirror.clock import FakeClock
-from configmirror.events import EventRecorder
-from configmirror.memory import Memory
 from configmirror.metrics import Metrics
-from configmirror.model import DEFAULT_RULES, CachedObject, object_from_json, target_key
-from configmirror.plan import decide
-from configmirror.replicator import Replicator, replicated_message
-from configmirror.spec import ADOPT, DEFAULT_EXCLUDED, REPLICATE_TO, InvalidSpec, Scope
-from configmirror.status import KindView, source_status
+from configmirror.operator.memory import Memory
+from configmirror.operator.replicator import Replicator, replicated_message
+from configmirror.replication.adoption import RF_REFLECTS, RP_KEYS, adoption_patch, mirror_of
+from configmirror.replication.model import DEFAULT_RULES, CachedObject, object_from_json, target_key
+from configmirror.replication.plan import decide
+from configmirror.replication.spec import ADOPT, DEFAULT_EXCLUDED, REPLICATE_TO, InvalidSpec, Scope
+from configmirror.replication.status import KindView, source_status
 from configmirror.vocabulary import CONFIGMAP, ROLEBINDING, SECRET
 from configmirror_testing import othertools
 from configmirror_testing.builders import (

@@ -3,8 +3,8 @@ the real API server: tests/integration/test_caches.py)."""
 
 from __future__ import annotations
 
-from configmirror.caches import replicated_kinds
-from configmirror.settings import Settings
+from configmirror.operator.caches import replicated_kinds
+from configmirror.operator.settings import Settings
 from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.builders import ns
 

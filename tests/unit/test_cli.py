@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from configmirror import __version__, cli, flags
-from configmirror.settings import Settings
+from configmirror import __version__
+from configmirror.cli import flags
+from configmirror.cli import main as cli
+from configmirror.operator.settings import Settings
 from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.commands import parsed
 from configmirror_testing.controlplane import free_port

@@ -1,7 +1,8 @@
-"""The content digest (configmirror.model.content_hash) is stable across releases: a replica
-written by an earlier version carries a content-hash this version computes too, so an
-upgrade rewrites nothing. The vectors were computed by the code before the digest moved to
-orjson (494891f, json.dumps with sort_keys); the property holds the fast path to that
+"""The content digest (configmirror.replication.model.content_hash) is stable across
+releases: a replica written by an earlier version carries a content-hash this version
+computes too, so an upgrade rewrites nothing. The vectors were computed by the code before
+the digest moved to orjson (494891f, json.dumps with sort_keys); the property holds the
+fast path to that
 serialisation for any strings a ConfigMap, a Secret, their labels and annotations can hold."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from configmirror.model import CONTENT_HASH, content_hash, replica_hash
+from configmirror.replication.model import CONTENT_HASH, content_hash, replica_hash
 from configmirror.vocabulary import CONFIGMAP, SECRET
 
 VECTORS: list[tuple[str, dict[str, Any], dict[str, str], dict[str, str], str]] = [

@@ -8,14 +8,14 @@ from collections.abc import Hashable
 import pytest
 from pytest_mock import MockerFixture
 
+from configmirror.client.events import EventRecorder
 from configmirror.clock import FakeClock
-from configmirror.controller import Controller
-from configmirror.events import EventRecorder
+from configmirror.controller.controller import Controller
+from configmirror.controller.ratelimit import ItemExponentialFailureRateLimiter
+from configmirror.controller.reconcile import Result, RetryableError, TerminalError
+from configmirror.controller.workqueue import WorkQueue
 from configmirror.metrics import Metrics
-from configmirror.ratelimit import ItemExponentialFailureRateLimiter
-from configmirror.reconcile import Result, RetryableError, TerminalError
 from configmirror.vocabulary import ObjectRef
-from configmirror.workqueue import WorkQueue
 from configmirror_testing.scrape import controller_sample as sample
 from configmirror_testing.wait import wait_for
 

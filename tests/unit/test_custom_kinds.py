@@ -11,13 +11,21 @@ from typing import Any
 
 import pytest
 
-from configmirror import cli, flags
-from configmirror.caches import Discovery, replicated_kinds
-from configmirror.kube import ApiError, resource_of
-from configmirror.model import DEFAULT_RULES, object_from_json
-from configmirror.plan import Grace, decide, desired_body, pulls_of, unserved_pulls, wants
-from configmirror.settings import Settings
-from configmirror.spec import PULL_ALLOWED, REPLICATE_TO, InvalidSpec, parse_pulls
+from configmirror.cli import flags
+from configmirror.cli import main as cli
+from configmirror.client.kube import ApiError, resource_of
+from configmirror.operator.caches import Discovery, replicated_kinds
+from configmirror.operator.settings import Settings
+from configmirror.replication.model import DEFAULT_RULES, object_from_json
+from configmirror.replication.plan import (
+    Grace,
+    decide,
+    desired_body,
+    pulls_of,
+    unserved_pulls,
+    wants,
+)
+from configmirror.replication.spec import PULL_ALLOWED, REPLICATE_TO, InvalidSpec, parse_pulls
 from configmirror.vocabulary import (
     CONFIGMAP,
     NETWORKPOLICY,

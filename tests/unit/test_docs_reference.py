@@ -36,7 +36,7 @@ def test_every_event_reason_the_code_records_has_a_meaning() -> None:
 
 
 def test_every_annotation_the_spec_module_names_is_in_its_table() -> None:
-    from configmirror import spec
+    from configmirror.replication import spec
     named = {value for name, value in vars(spec).items()
              if name.isupper() and isinstance(value, str)
              and re.fullmatch(re.escape(spec.PREFIX) + r"[a-z-]+", value)}

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from configmirror.client.events import QUIET, RETRY_MIN, EventRecorder, Tallies
+from configmirror.client.kube import ApiError
+from configmirror.client.outage import Outage
 from configmirror.clock import FakeClock
-from configmirror.events import QUIET, RETRY_MIN, EventRecorder, Tallies
-from configmirror.kube import ApiError
-from configmirror.outage import Outage
-from configmirror.replicator import replicated_message
+from configmirror.operator.replicator import replicated_message
 from configmirror.vocabulary import ObjectRef
 from configmirror_testing.fakekube import FakeKube
 from configmirror_testing.wait import wait_for

@@ -11,10 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from configmirror.client.events import EventRecorder
+from configmirror.client.store import Store
 from configmirror.clock import FakeClock
-from configmirror.events import EventRecorder
-from configmirror.memory import Expectations, Memory
-from configmirror.model import (
+from configmirror.operator.memory import Expectations, Memory
+from configmirror.operator.replicator import Replicator
+from configmirror.replication.model import (
     CachedObject,
     Caches,
     Namespace,
@@ -22,9 +24,7 @@ from configmirror.model import (
     object_indexers,
     target_key,
 )
-from configmirror.replicator import Replicator
-from configmirror.spec import ON_DELETE, REPLICATE_TO
-from configmirror.store import Store
+from configmirror.replication.spec import ON_DELETE, REPLICATE_TO
 from configmirror.vocabulary import CONFIGMAP, ROLE, SECRET, Kind
 from configmirror_testing import objects
 from configmirror_testing.builders import SCOPE, cached, source

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from configmirror.kube import ApiError
+from configmirror.client.kube import ApiError
 from configmirror_testing.fakekube import HOLD_LIMIT, FakeKube
 
 PATH = "/api/v1/namespaces/a/configmaps/cfg"

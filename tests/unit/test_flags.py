@@ -1,4 +1,4 @@
-"""Flags as the Go tools take them (configmirror.flags), on the commands' own parser:
+"""Flags as the Go tools take them (configmirror.cli.flags), on the commands' own parser:
 booleans with =true|false and --no-, Go durations, environment variables read for the
 command run only and named in errors."""
 
@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
-from configmirror import __version__, cli, flags
-from configmirror.settings import parse_duration
+from configmirror import __version__
+from configmirror.cli import flags
+from configmirror.cli import main as cli
+from configmirror.operator.settings import parse_duration
 from configmirror_testing.commands import parsed
 
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from configmirror.caches import replicated_kinds
-from configmirror.model import CONTENT_HASH, object_from_json, replica_hash
-from configmirror.plan import Grace, decide, desired_body, unserved_pulls
-from configmirror.settings import Settings
-from configmirror.spec import (
+from configmirror.operator.caches import replicated_kinds
+from configmirror.operator.settings import Settings
+from configmirror.replication.model import CONTENT_HASH, object_from_json, replica_hash
+from configmirror.replication.plan import Grace, decide, desired_body, unserved_pulls
+from configmirror.replication.spec import (
     COPY_KEYS,
     DEFAULT_DROP,
     REPLICA_TYPE,

@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from configmirror.clock import FakeClock
-from configmirror.kube import (
+from configmirror.client.kube import (
     AUTH_REFRESH,
     CONNECT_TIMEOUT,
     NAMESPACES,
@@ -34,6 +33,7 @@ from configmirror.kube import (
     load_configuration,
     resource_of,
 )
+from configmirror.clock import FakeClock
 from configmirror.vocabulary import CONFIGMAPS, EVENTS, SECRETS
 from configmirror_testing.certs import make_pki
 from configmirror_testing.localserver import LocalServer, RawServer, no_unclosed_sockets

@@ -4,7 +4,7 @@ reported (the expectations of our writes have tests of their own, test_expectati
 from __future__ import annotations
 
 from configmirror.clock import FakeClock
-from configmirror.memory import Memory, Removals, Reported
+from configmirror.operator.memory import Memory, Removals, Reported
 
 
 def test_a_removal_waits_the_grace_from_when_it_was_first_seen_on_the_clock() -> None:

@@ -21,7 +21,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from configmirror.migrate import (
+from configmirror.replication.migrate import (
     REFLECTOR,
     REPLICATOR,
     Found,
@@ -32,7 +32,7 @@ from configmirror.migrate import (
     migrate,
     regex_to_glob,
 )
-from configmirror.spec import (
+from configmirror.replication.spec import (
     COPY_ANNOTATIONS,
     PULL,
     PULL_ALLOWED,

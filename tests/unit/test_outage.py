@@ -10,9 +10,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from configmirror.clock import FakeClock
-from configmirror.kube import ApiError
-from configmirror.outage import (
+from configmirror.client.kube import ApiError
+from configmirror.client.outage import (
     PROBE_INTERVAL,
     PROBE_TIMEOUT,
     Outage,
@@ -20,6 +19,7 @@ from configmirror.outage import (
     readyz,
     served,
 )
+from configmirror.clock import FakeClock
 from configmirror_testing.fakekube import FakeKube, Request
 from configmirror_testing.wait import wait_for
 

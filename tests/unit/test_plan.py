@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from configmirror.admission import ADMITTED
-from configmirror.model import (
+from configmirror.replication.admission import ADMITTED
+from configmirror.replication.model import (
     CONTENT_HASH,
     LAST_APPLIED,
     MANAGED_BY,
@@ -22,7 +22,7 @@ from configmirror.model import (
     kept_as_written,
     replica_hash,
 )
-from configmirror.plan import (
+from configmirror.replication.plan import (
     Decision,
     Grace,
     decide,
@@ -32,7 +32,7 @@ from configmirror.plan import (
     pull_refusals,
     unserved_pulls,
 )
-from configmirror.spec import (
+from configmirror.replication.spec import (
     DEFAULT_EXCLUDED,
     ON_DELETE,
     PULL_ALLOWED,

@@ -31,10 +31,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from configmirror.admission import ADMITTED
+from configmirror.client.store import Store
 from configmirror.clock import FakeClock
-from configmirror.memory import Memory
-from configmirror.model import (
+from configmirror.controller.reconcile import ReconcileError
+from configmirror.controller.workqueue import WorkQueue
+from configmirror.operator.memory import Memory
+from configmirror.operator.replicator import MUTATED, Replicator
+from configmirror.replication.admission import ADMITTED
+from configmirror.replication.model import (
     CONTENT_HASH,
     REPLICA_OF,
     SOURCE,
@@ -46,7 +50,7 @@ from configmirror.model import (
     object_indexers,
     target_key,
 )
-from configmirror.plan import (
+from configmirror.replication.plan import (
     REMOVALS,
     Grace,
     decide,
@@ -55,10 +59,8 @@ from configmirror.plan import (
     pull_refusals,
     unserved_pulls,
 )
-from configmirror.reconcile import ReconcileError
-from configmirror.replicator import MUTATED, Replicator
-from configmirror.routing import namespace_keys, object_keys, resync_keys
-from configmirror.spec import (
+from configmirror.replication.routing import namespace_keys, object_keys, resync_keys
+from configmirror.replication.spec import (
     ADOPT,
     ON_DELETE,
     PULL,
@@ -70,9 +72,7 @@ from configmirror.spec import (
     SYNC,
     Scope,
 )
-from configmirror.store import Store
 from configmirror.vocabulary import CONFIGMAP
-from configmirror.workqueue import WorkQueue
 from configmirror_testing import othertools
 from configmirror_testing.builders import cached
 from configmirror_testing.fakekube import FakeKube, adds_labels, sets_data

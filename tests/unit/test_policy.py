@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from configmirror.cli import _given as given_in
-from configmirror.cli import _parser
+from configmirror.cli.main import _given as given_in
+from configmirror.cli.main import _parser
+from configmirror.client.kube import ApiError
 from configmirror.clock import FakeClock
-from configmirror.kube import ApiError
-from configmirror.policy import (
+from configmirror.operator.policy import (
     POLICY,
     PUBLISHED_BY,
     PolicyError,
@@ -24,7 +24,7 @@ from configmirror.policy import (
     policy_data,
     policy_name,
 )
-from configmirror.settings import Settings
+from configmirror.operator.settings import Settings
 from configmirror_testing.fakekube import FakeKube, Write
 from configmirror_testing.wait import wait_for
 
@@ -216,7 +216,7 @@ def test_an_unanswered_publish_backs_off_is_logged_once_then_refreshes(
     clock = FakeClock(0.0)
     kube = published_before(clock, [UNAVAILABLE] * 7)
     publisher = Publisher(kube, DEPLOYED, "configmirror", "me", clock)
-    with caplog.at_level(logging.INFO, "configmirror.policy"):
+    with caplog.at_level(logging.INFO, "configmirror.operator.policy"):
         publisher.start()
         try:
             # 1 s after the first failure, doubling up to 30 s; 60 s after a success.
@@ -246,7 +246,7 @@ def test_after_a_success_the_next_outage_backs_off_from_the_start_and_is_logged_
     clock = FakeClock(0.0)
     kube = published_before(clock, [UNAVAILABLE, None, UNAVAILABLE])
     publisher = Publisher(kube, DEPLOYED, "configmirror", "me", clock)
-    with caplog.at_level(logging.INFO, "configmirror.policy"):
+    with caplog.at_level(logging.INFO, "configmirror.operator.policy"):
         publisher.start()
         try:
             for attempt, pause in enumerate([1, 60, 1], start=1):  # not 2: the success reset it

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from configmirror.clock import FakeClock
-from configmirror.ratelimit import (
+from configmirror.controller.ratelimit import (
     ItemExponentialFailureRateLimiter,
     ItemFastSlowRateLimiter,
     MaxOfRateLimiter,

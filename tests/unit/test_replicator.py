@@ -10,13 +10,22 @@ from typing import Any
 import pytest
 from pytest_mock import MockerFixture
 
-from configmirror.admission import ADMITTED
+from configmirror.client.events import EventRecorder
+from configmirror.client.kube import ApiError
+from configmirror.client.store import Store
 from configmirror.clock import FakeClock
-from configmirror.events import EventRecorder
-from configmirror.kube import ApiError
-from configmirror.memory import Memory
+from configmirror.controller.reconcile import Result, RetryableError, TerminalError
 from configmirror.metrics import Metrics
-from configmirror.model import (
+from configmirror.operator.memory import Memory
+from configmirror.operator.replicator import (
+    MUTATED,
+    PULL_NOT_ALLOWED,
+    REPLICATED,
+    Replicator,
+)
+from configmirror.operator.settings import DEFAULT_EXCLUDED
+from configmirror.replication.admission import ADMITTED
+from configmirror.replication.model import (
     REPLICA_OF,
     CachedObject,
     Caches,
@@ -26,17 +35,8 @@ from configmirror.model import (
     source_key,
     target_key,
 )
-from configmirror.plan import desired_body
-from configmirror.reconcile import Result, RetryableError, TerminalError
-from configmirror.replicator import (
-    MUTATED,
-    PULL_NOT_ALLOWED,
-    REPLICATED,
-    Replicator,
-)
-from configmirror.settings import DEFAULT_EXCLUDED
-from configmirror.spec import ON_DELETE, PULL_ALLOWED, REPLICATE_TO, Scope
-from configmirror.store import Store
+from configmirror.replication.plan import desired_body
+from configmirror.replication.spec import ON_DELETE, PULL_ALLOWED, REPLICATE_TO, Scope
 from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
 from configmirror_testing.builders import cached, ns, plain, puller, replica_body, source
 from configmirror_testing.fakekube import Admission, FakeKube, adds_labels, sets_data

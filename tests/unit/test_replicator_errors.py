@@ -7,12 +7,11 @@ import base64
 import pytest
 from pytest_mock import MockerFixture
 
+from configmirror.client.events import EventRecorder
+from configmirror.client.kube import ApiError
+from configmirror.client.store import Store
 from configmirror.clock import FakeClock
-from configmirror.events import EventRecorder
-from configmirror.kube import ApiError
-from configmirror.memory import Memory
-from configmirror.model import Caches, Namespace, object_indexers, target_key
-from configmirror.reconcile import (
+from configmirror.controller.reconcile import (
     CacheBehind,
     Forbidden,
     ReconcileError,
@@ -20,10 +19,11 @@ from configmirror.reconcile import (
     ServerUnavailable,
     TerminalError,
 )
-from configmirror.replicator import Replicator, redacted
-from configmirror.settings import DEFAULT_EXCLUDED
-from configmirror.spec import REPLICATE_TO, Scope
-from configmirror.store import Store
+from configmirror.operator.memory import Memory
+from configmirror.operator.replicator import Replicator, redacted
+from configmirror.operator.settings import DEFAULT_EXCLUDED
+from configmirror.replication.model import Caches, Namespace, object_indexers, target_key
+from configmirror.replication.spec import REPLICATE_TO, Scope
 from configmirror.vocabulary import CONFIGMAP, ROLE, SECRET
 from configmirror_testing.builders import cached, ns, source
 from configmirror_testing.fakekube import FakeKube

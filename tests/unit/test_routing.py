@@ -5,13 +5,25 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from configmirror import routing
-from configmirror.model import CachedObject, Key, Namespace, namespace_from_json, pull_key
-from configmirror.model import source_key as any_source_key
-from configmirror.model import target_key as any_target_key
-from configmirror.plan import desired_body
-from configmirror.settings import DEFAULT_EXCLUDED
-from configmirror.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING, Scope
+from configmirror.operator.settings import DEFAULT_EXCLUDED
+from configmirror.replication import routing
+from configmirror.replication.model import (
+    CachedObject,
+    Key,
+    Namespace,
+    namespace_from_json,
+    pull_key,
+)
+from configmirror.replication.model import source_key as any_source_key
+from configmirror.replication.model import target_key as any_target_key
+from configmirror.replication.plan import desired_body
+from configmirror.replication.spec import (
+    PULL,
+    PULL_ALLOWED,
+    REPLICATE_TO,
+    REPLICATE_TO_MATCHING,
+    Scope,
+)
 from configmirror.vocabulary import CONFIGMAP, SECRET, Kind
 from configmirror_testing.builders import cached, ns, plain, source
 

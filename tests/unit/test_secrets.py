@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from configmirror.kube import ApiError
-from configmirror.model import CachedObject
-from configmirror.plan import decide, desired_body, plan_source
-from configmirror.replicator import redacted
-from configmirror.settings import DEFAULT_EXCLUDED
-from configmirror.spec import COPY_KEYS, REPLICA_TYPE, REPLICATE_TO, Scope
+from configmirror.client.kube import ApiError
+from configmirror.operator.replicator import redacted
+from configmirror.operator.settings import DEFAULT_EXCLUDED
+from configmirror.replication.model import CachedObject
+from configmirror.replication.plan import decide, desired_body, plan_source
+from configmirror.replication.spec import COPY_KEYS, REPLICA_TYPE, REPLICATE_TO, Scope
 from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.builders import AT_ONCE, cached, ns, world
 

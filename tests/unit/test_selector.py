@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from configmirror.selector import SelectorError, parse_selector
+from configmirror.replication.selector import SelectorError, parse_selector
 
 LABELS = {"env": "prod", "tier": "a", "team": "x", "app.kubernetes.io/name": "web", "n": "5"}
 

@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import pytest
 
+from configmirror.backoff import Backoff
+from configmirror.client.outage import Outage
 from configmirror.clock import FakeClock
-from configmirror.controller import Controller
-from configmirror.metrics import Metrics
-from configmirror.outage import Outage
-from configmirror.reconcile import (
+from configmirror.controller.controller import Controller
+from configmirror.controller.reconcile import (
     CacheBehind,
     Forbidden,
     Result,
@@ -23,23 +23,28 @@ from configmirror.reconcile import (
     ServerUnavailable,
     TerminalError,
 )
-from configmirror.servergate import CACHE_WAIT_MIN, RETRY_AFTER_FLOOR, ServerBackoff, ServerGate
-from configmirror.workqueue import WorkQueue
+from configmirror.controller.servergate import (
+    CACHE_WAIT,
+    RETRY_AFTER_FLOOR,
+    ServerGate,
+    server_backoff,
+)
+from configmirror.controller.workqueue import WorkQueue
+from configmirror.metrics import Metrics
 from configmirror_testing.scrape import controller_sample as sample
 from configmirror_testing.wait import wait_for
 
 
 def gated(queue: WorkQueue[str], reconcile: Callable[[str], Result], workers: int,
-          clock: FakeClock | None, backoff: ServerBackoff, metrics: Metrics | None = None
+          clock: FakeClock | None, backoff: Backoff, metrics: Metrics | None = None
           ) -> tuple[Controller[str], ServerGate[str]]:
     """A controller whose reconciler is `reconcile` behind a gate, as the manager wires it."""
     gate = ServerGate("test", reconcile, queue.add, clock, backoff)
     return Controller("test", queue, gate.reconcile, workers, metrics), gate
 
 
-class FixedBackoff(ServerBackoff):
-    def __init__(self, delay: float) -> None:
-        super().__init__(delay, delay)
+def FixedBackoff(delay: float) -> Backoff:  # noqa: N802 (reads as the fixed curve it is)
+    return Backoff(delay, delay)
 
 
 class FixedRandom(random.Random):
@@ -54,7 +59,7 @@ class FixedRandom(random.Random):
 
 
 def test_server_backoff_doubles_from_a_quarter_second_to_30_s_jittered_by_a_tenth() -> None:
-    backoff = ServerBackoff(rng=FixedRandom(0.5))
+    backoff = server_backoff(rng=FixedRandom(0.5))
     bases = [0.25, 0.5, 1, 2, 4, 8, 16, 30, 30]
     assert [backoff.next() for _ in bases] == pytest.approx(
         [min(base * 1.05, 30.0) for base in bases])
@@ -219,7 +224,7 @@ def test_each_outage_probes_from_the_first_backoff_step_again() -> None:
                  and clock.wake_times() == [clock.now() + delay],
                  what=f"probe {attempt} to wait {delay} s")
 
-    backoff = ServerBackoff(0.5, 100.0, FixedRandom(0.0))
+    backoff = Backoff(0.5, 100.0, jitter=0.1, rng=FixedRandom(0.0))
     controller, _gate = gated(queue, reconcile, 1, clock, backoff)
     controller.start()
     try:
@@ -267,7 +272,7 @@ def test_a_key_told_when_to_retry_is_retried_then_by_itself_and_opens_no_outage(
     controller, gate, queue = overloaded(clock, attempts, {"told": [5.0]})
     controller.start()
     try:
-        with caplog.at_level(logging.INFO, logger="configmirror.servergate"):
+        with caplog.at_level(logging.INFO, logger="configmirror.controller.servergate"):
             queue.add("told")
             wait_for(lambda: clock.wake_times() == [1005.0],
                      what="a wait of its 5 s, not the 60 s backoff")
@@ -379,7 +384,7 @@ def test_a_key_whose_cache_is_behind_is_never_the_probe_and_holds_no_key_back() 
         wait_for(lambda: attempts.count("a") == 2 and attempts.count("b") == 2,
                  what="the conflict, an answer, to release the others at once")
         assert not gate.in_outage() and gate.waiting() == 0
-        for attempt, delay in enumerate((CACHE_WAIT_MIN, 2 * CACHE_WAIT_MIN), start=3):
+        for attempt, delay in enumerate((CACHE_WAIT.at(0), CACHE_WAIT.at(1)), start=3):
             wait_for(lambda attempt=attempt, delay=delay: attempts.count("lost") == attempt - 1
                      and clock.wake_times() == [clock.now() + delay],
                      what=f"'lost' alone to wait {delay} s for the watch")
@@ -387,7 +392,7 @@ def test_a_key_whose_cache_is_behind_is_never_the_probe_and_holds_no_key_back() 
         wait_for(lambda: attempts.count("lost") == 4, what="its third try since")
         assert not gate.in_outage(), "a cache behind is no outage"
         watching.set()
-        clock.step(4 * CACHE_WAIT_MIN)
+        clock.step(CACHE_WAIT.at(2))
         wait_for(lambda: queue.counts() == (0, 0, 0) and attempts.count("lost") == 5,
                  what="'lost' to find it in sync once the watch is back")
         assert sample(metrics, "configmirror_reconcile_given_up_total") == 0

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from configmirror.model import (
+from configmirror.operator.settings import DEFAULT_DROP
+from configmirror.replication.model import (
     DEFAULT_RULES,
     MANAGED_BY,
     REPLICA_LABEL,
@@ -14,8 +15,7 @@ from configmirror.model import (
     Source,
     compile_source,
 )
-from configmirror.settings import DEFAULT_DROP
-from configmirror.spec import (
+from configmirror.replication.spec import (
     COPY_ANNOTATIONS,
     COPY_LABELS,
     REPLICATE_TO,

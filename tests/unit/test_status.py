@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import copy
 
-from configmirror.admission import ADMITTED
-from configmirror.model import CachedObject, Caches, Namespace
-from configmirror.plan import Grace, ReplicationPlan, desired_body, plan_source
-from configmirror.settings import DEFAULT_EXCLUDED
-from configmirror.spec import PULL_ALLOWED, REPLICATE_TO, Scope
-from configmirror.status import Failure, KindView, Problem, namespace_status, source_status
+from configmirror.operator.settings import DEFAULT_EXCLUDED
+from configmirror.replication.admission import ADMITTED
+from configmirror.replication.model import CachedObject, Caches, Namespace
+from configmirror.replication.plan import Grace, ReplicationPlan, desired_body, plan_source
+from configmirror.replication.spec import PULL_ALLOWED, REPLICATE_TO, Scope
+from configmirror.replication.status import (
+    Failure,
+    KindView,
+    Problem,
+    namespace_status,
+    source_status,
+)
 from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.builders import (
     AT_ONCE,

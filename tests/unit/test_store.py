@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from configmirror.store import Store
+from configmirror.client.store import Store
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The wire to the API server (configmirror.transport): HTTP/1.1 framing read off real
+"""The wire to the API server (configmirror.client.transport): HTTP/1.1 framing read off real
 sockets, keep-alive connections against a real local server, streams, and TLS and proxies as
 every kubeconfig form gives them, against a real TLS server with certificates made here."""
 
@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from configmirror import transport
-from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
-from configmirror.transport import (
+from configmirror.client import transport
+from configmirror.client.kube import ApiError, ConfigError, Kube, load_configuration
+from configmirror.client.transport import (
     CONNECT_TIMEOUT,
     MAX_HEADERS,
     MAX_LINE,

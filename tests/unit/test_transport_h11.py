@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from configmirror.transport import Stream, _Body, _Connection, _Reader
+from configmirror.client.transport import Stream, _Body, _Connection, _Reader
 from configmirror_testing.sockets import Pieces
 
 # 10,000 answers per CI run (7,000 well-formed, 3,000 malformed: about 25 s of CPU); `make

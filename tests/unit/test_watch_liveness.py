@@ -3,7 +3,7 @@ on made-up times: the bounds come from kube-apiserver's bookmark cadence, not fr
 
 from __future__ import annotations
 
-from configmirror.informer import (
+from configmirror.client.informer import (
     BOOKMARK_BOUND,
     BOOKMARK_PERIOD,
     SILENCE_CHECK,

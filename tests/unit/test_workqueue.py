@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from configmirror.clock import FakeClock
+from configmirror.controller.ratelimit import ItemExponentialFailureRateLimiter
+from configmirror.controller.workqueue import WorkQueue
 from configmirror.metrics import Metrics
-from configmirror.ratelimit import ItemExponentialFailureRateLimiter
-from configmirror.workqueue import WorkQueue
 from configmirror_testing.wait import wait_for
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from configmirror.clock import FakeClock
+from configmirror.controller.workqueue import WorkQueue
 from configmirror.metrics import Count, Metrics, Observer
-from configmirror.workqueue import WorkQueue
 
 
 def sample(metrics: Metrics, name: str, labels: dict[str, str] | None = None) -> float | None:

@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from configmirror.workqueue import WorkQueue
+from configmirror.controller.workqueue import WorkQueue
 from configmirror_testing.wait import wait_for
 
 KEYS = st.sampled_from(["a", "b", "c", "d"])

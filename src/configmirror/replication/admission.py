@@ -37,7 +37,7 @@ import sys
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from configmirror.spec import PREFIX
+from configmirror.replication.spec import PREFIX
 
 ADMITTED = PREFIX + "admitted"
 NONE: frozenset[str] = frozenset()

@@ -14,11 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from configmirror.client.informer import Informer
+from configmirror.client.kube import NAMESPACES, ApiError, Kube
+from configmirror.client.outage import Outage
+from configmirror.client.store import Store, StoresByName
 from configmirror.clock import Clock
-from configmirror.informer import Informer
-from configmirror.kube import NAMESPACES, ApiError, Kube
 from configmirror.metrics import Metrics
-from configmirror.model import (
+from configmirror.operator.settings import Settings
+from configmirror.replication.model import (
     CachedObject,
     Caches,
     Namespace,
@@ -27,10 +30,7 @@ from configmirror.model import (
     object_indexers,
     object_transform,
 )
-from configmirror.outage import Outage
-from configmirror.settings import Settings
-from configmirror.spec import InvalidSpec, ReplicaRules, Scope
-from configmirror.store import Store, StoresByName
+from configmirror.replication.spec import InvalidSpec, ReplicaRules, Scope
 from configmirror.vocabulary import (
     CONFIGMAP,
     CUSTOM_SYNTAX,
@@ -139,7 +139,7 @@ def _ignore(*_change: object) -> None:
     """A handler for caches that are only listed (`plan`): nothing to tell."""
 
 
-class KindCache:
+class KindInformers:
     """One kind's informers and the cache they fill."""
 
     def __init__(self, replicated: Replicated, caches: Caches,
@@ -169,7 +169,7 @@ class KindCache:
         return informer is not None and informer.watching()
 
 
-class ClusterCache:
+class ClusterInformers:
     """Namespaces and the objects of every replicated kind, each kept by its informers."""
 
     def __init__(self, kube: Kube, kinds: list[Replicated], rules: ReplicaRules,
@@ -182,7 +182,7 @@ class ClusterCache:
         self.namespace_informer: Informer[Namespace] = Informer(
             kube, NAMESPACES, namespace_from_json, self.namespaces, on_namespace, "namespaces",
             metrics, clock, on_recovered=on_recovered, outage=outage)
-        self.kinds: dict[Kind, KindCache] = {}
+        self.kinds: dict[Kind, KindInformers] = {}
         kube.count_custom(frozenset(r.kind.plural for r in kinds if r.kind.custom))
         for replicated in kinds:
             kind = replicated.kind
@@ -200,7 +200,7 @@ class ClusterCache:
                 query={"fieldSelector": f"metadata.name={name}"} if name else None)
                 for name, store in stores.items()}
             objects: ObjectCache = stores[""] if names == ("",) else StoresByName(stores)
-            self.kinds[kind] = KindCache(replicated, Caches(objects, self.namespaces, kind),
+            self.kinds[kind] = KindInformers(replicated, Caches(objects, self.namespaces, kind),
                                          informers)
 
     @property

@@ -2,7 +2,7 @@
 
 Read it like sample-controller's controller.go: event handlers put keys in the queue (the
 manager wires those), workers take one key at a time, and the reconciler compares desired
-with actual. The reconciler returns a Result or raises one of `configmirror.reconcile`'s
+with actual. The reconciler returns a Result or raises one of `configmirror.controller.reconcile`'s
 errors; everything the queue does about it is decided here (controller-runtime's
 reconcileHandler):
 
@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from configmirror.events import EventRecorder
+from configmirror.client.events import EventRecorder
+from configmirror.controller.reconcile import ReconcileError, Result, RetryableError, TerminalError
+from configmirror.controller.workqueue import WorkQueue
 from configmirror.metrics import Count, Metrics, Observer
-from configmirror.reconcile import ReconcileError, Result, RetryableError, TerminalError
-from configmirror.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from configmirror.model import CachedObject, Key, Namespace, pull_key, source_key, target_key
-from configmirror.plan import honoured, wants
-from configmirror.spec import Scope
+from configmirror.replication.model import (
+    CachedObject,
+    Key,
+    Namespace,
+    pull_key,
+    source_key,
+    target_key,
+)
+from configmirror.replication.plan import honoured, wants
+from configmirror.replication.spec import Scope
 from configmirror.vocabulary import Kind
 
 

@@ -21,26 +21,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from configmirror.caches import ClusterCache, discovery, replicated_kinds
+from configmirror.client.events import EventRecorder
+from configmirror.client.kube import Kube
+from configmirror.client.leaderelection import LeaderElector
+from configmirror.client.outage import Outage, readyz
 from configmirror.clock import Clock, RealClock
-from configmirror.controller import Controller
-from configmirror.events import EventRecorder
-from configmirror.kube import Kube
-from configmirror.leaderelection import LeaderElector
-from configmirror.memory import Memory
+from configmirror.controller.controller import Controller
+from configmirror.controller.ratelimit import default_controller_rate_limiter
+from configmirror.controller.reconcile import Result
+from configmirror.controller.servergate import ServerGate
+from configmirror.controller.workqueue import WorkQueue
 from configmirror.metrics import Metrics
-from configmirror.model import CachedObject, Key, Namespace
-from configmirror.outage import Outage, readyz
-from configmirror.policy import Publisher, home
-from configmirror.ratelimit import default_controller_rate_limiter
-from configmirror.reconcile import Result
-from configmirror.replicator import Replicator
-from configmirror.routing import namespace_keys, object_keys, resync_keys
-from configmirror.servergate import ServerGate
-from configmirror.settings import Settings
-from configmirror.spec import ReplicaRules
+from configmirror.operator.caches import ClusterInformers, discovery, replicated_kinds
+from configmirror.operator.memory import Memory
+from configmirror.operator.policy import Publisher, home
+from configmirror.operator.replicator import Replicator
+from configmirror.operator.settings import Settings
+from configmirror.replication.model import CachedObject, Key, Namespace
+from configmirror.replication.routing import namespace_keys, object_keys, resync_keys
+from configmirror.replication.spec import ReplicaRules
 from configmirror.vocabulary import CONFIGMAP, Kind
-from configmirror.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 SYNC_TIMEOUT = 120.0
@@ -64,7 +64,7 @@ class Manager:
         self.outage = Outage(readyz(kube), self._clock)
         self.recorder = EventRecorder(kube, on_dropped=self.metrics.events_dropped.inc,
                                       outage=self.outage)
-        self.cache = ClusterCache(
+        self.cache = ClusterInformers(
             kube, replicated_kinds(settings, discovery(kube)),
             ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations,
                                     settings.bindable_roles),

@@ -21,8 +21,8 @@ import random
 import threading
 from collections.abc import Callable
 
+from configmirror.client.kube import ApiError, Kube
 from configmirror.clock import Clock, RealClock
-from configmirror.kube import ApiError, Kube
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL = 0.5  # seconds between two probes of an outage (jittered by up to a tenth)

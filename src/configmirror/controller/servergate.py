@@ -36,9 +36,10 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from configmirror.backoff import Backoff
+from configmirror.client.outage import Outage
 from configmirror.clock import Clock, RealClock
-from configmirror.outage import Outage
-from configmirror.reconcile import (
+from configmirror.controller.reconcile import (
     CacheBehind,
     Forbidden,
     ReconcileError,
@@ -50,27 +51,14 @@ log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 RETRY_AFTER_FLOOR = 1.0  # seconds: a Retry-After of 0 is no reason for a hot loop
-CACHE_WAIT_MIN, CACHE_WAIT_MAX = 0.25, 30.0  # a CacheBehind key's waits: doubling, capped
+# A CacheBehind key's waits: a quarter second doubling to 30 s, counted per key.
+CACHE_WAIT = Backoff(0.25, 30.0)
 
 
-class ServerBackoff:
-    """How long the probe waits after each failed attempt: 0.25 s doubling to `cap` (30 s),
-    jittered by up to a tenth so that many operators do not knock in step."""
-
-    def __init__(self, initial: float = 0.25, cap: float = 30.0,
-                 rng: random.Random | None = None) -> None:
-        self._initial = initial
-        self._cap = cap
-        self._rng = rng or random.Random()
-        self._next = initial
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._next * 2, self._cap)
-        return min(delay * (1 + self._rng.random() / 10), self._cap)
-
-    def reset(self) -> None:
-        self._next = self._initial
+def server_backoff(rng: random.Random | None = None) -> Backoff:
+    """How long the probe waits after each failed attempt: 0.25 s doubling to 30 s, jittered
+    by up to a tenth so that many operators do not knock in step."""
+    return Backoff(0.25, 30.0, jitter=0.1, rng=rng)
 
 
 class ServerGate(Generic[K]):
@@ -78,7 +66,7 @@ class ServerGate(Generic[K]):
 
     def __init__(self, name: str, reconcile: Callable[[K], Result],
                  enqueue: Callable[[K], None], clock: Clock | None = None,
-                 backoff: ServerBackoff | None = None, outage: Outage | None = None) -> None:
+                 backoff: Backoff | None = None, outage: Outage | None = None) -> None:
         """`outage`: the operator's one view of whether the API server answers. The gate
         tells it of every answer it sees, and releases its keys whenever an outage ends,
         whoever saw the answer (an informer, the Event recorder, the outage's probe)."""
@@ -87,7 +75,7 @@ class ServerGate(Generic[K]):
         self._reconcile = reconcile
         self._enqueue = enqueue  # puts a released key back in the queue
         self._clock = clock or RealClock()
-        self._backoff = backoff or ServerBackoff()
+        self._backoff = backoff or server_backoff()
         self._lock = threading.Lock()
         # The keys that met the outage and wait for the server to answer, and the one of
         # them that probes it. Both are empty, and _outage_since None, outside an outage.
@@ -95,7 +83,7 @@ class ServerGate(Generic[K]):
         self._probe: K | None = None
         self._outage_since: float | None = None
         # Keys whose cache is behind (CacheBehind) -> their next wait; each key's alone.
-        self._behind: dict[K, float] = {}
+        self._behind: dict[K, int] = {}  # CacheBehind waits so far, per key
         if outage is not None:
             outage.listen(self._release)
 
@@ -167,9 +155,9 @@ class ServerGate(Generic[K]):
 
     def _wait_for_cache(self, key: K) -> float:
         with self._lock:
-            delay = self._behind.get(key, CACHE_WAIT_MIN)
-            self._behind[key] = min(delay * 2, CACHE_WAIT_MAX)
-        return delay
+            step = self._behind.get(key, 0)
+            self._behind[key] = step + 1
+        return CACHE_WAIT.at(step)
 
     def _caught_up(self, key: K) -> None:
         if key in self._behind:  # rarely: only after a CacheBehind (no lock: a lookup)

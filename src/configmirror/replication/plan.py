@@ -13,11 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from configmirror.adoption import Mirror
-from configmirror.model import CachedObject, Namespace, Source, payload_digest, replica_holds
-from configmirror.spec import Scope
+from configmirror.replication.adoption import Mirror
+from configmirror.replication.model import (
+    CachedObject,
+    Caches,
+    Namespace,
+    Source,
+    payload_digest,
+    replica_holds,
+)
+from configmirror.replication.spec import Scope
 from configmirror.vocabulary import Kind
 
 ActionKind = Literal["create", "update", "recreate", "delete", "release", "adopt"]
@@ -45,18 +52,6 @@ class Grace:
     def from_now(cls, seconds: float) -> Grace:
         """The grace of a process that has seen no cause before (`plan`, `status`)."""
         return cls(seconds, 0.0, lambda key: None)
-
-
-class World(Protocol):
-    """The caches of one kind, and of namespaces, as the planner reads them (model.Caches)."""
-
-    @property
-    def kind(self) -> Kind: ...
-    def get(self, key: str) -> CachedObject | None: ...
-    def namespace(self, name: str) -> Namespace | None: ...
-    def all_namespaces(self) -> list[Namespace]: ...
-    def sources_named(self, name: str) -> list[CachedObject]: ...
-    def replicas_of(self, source: str) -> list[CachedObject]: ...
 
 
 @dataclass(frozen=True)
@@ -186,21 +181,21 @@ class Refusal:
         return f"configmirror.io/pull entry {self.entry!r}: {self.reason}; nothing is replicated"
 
 
-def pull_refusals(namespace: Namespace, world: World, scope: Scope,
+def pull_refusals(namespace: Namespace, caches: Caches, scope: Scope,
                   names: tuple[str, ...]) -> list[Refusal]:
-    """The pulls of `namespace` for `world.kind` that get nothing, each with why.
+    """The pulls of `namespace` for `caches.kind` that get nothing, each with why.
 
     `names` are the only names of that kind the operator watches (its --secret-names; ()
     for every object): a pull of another name can never be served. Fail closed: no consent,
     no such source, a source that is not honoured or whose spec does not parse.
     """
-    kind = world.kind
+    kind = caches.kind
     refusals = []
     for key in pulls_of(kind, namespace):
         entry = pull_entry(kind.pull_name, key)
-        source = world.get(key)
+        source = caches.get(key)
         compiled = source.compiled if source is not None else None
-        home = world.namespace(source.namespace) if source is not None else None
+        home = caches.namespace(source.namespace) if source is not None else None
         if names and key.partition("/")[2] not in names:
             reason = (f"the operator replicates only the {kind.name}s named in "
                       f"--secret-names ({', '.join(names)})")
@@ -273,7 +268,7 @@ def desired_body(source: CachedObject, namespace: str) -> dict[str, Any]:
 # -- one target: the decision ------------------------------------------------------------------
 
 
-def decide(namespace: str, name: str, current: CachedObject | None, world: World,
+def decide(namespace: str, name: str, current: CachedObject | None, caches: Caches,
            scope: Scope, grace: Grace) -> Decision:
     """Decide what object `namespace/name` must be, given every source called `name`.
 
@@ -285,21 +280,21 @@ def decide(namespace: str, name: str, current: CachedObject | None, world: World
     A replica whose source went away with `on-delete: retain` is released, not deleted; one
     whose source says `sync: once` is never updated.
     """
-    ns = world.namespace(namespace)
+    ns = caches.namespace(namespace)
     candidates = [] if ns is None else [
-        s for s in _contenders(world.sources_named(name), world, scope) if wants(s, ns, scope)]
-    return _decide(namespace, name, current, ns, candidates, world, scope, grace)
+        s for s in _contenders(caches.sources_named(name), caches, scope) if wants(s, ns, scope)]
+    return _decide(namespace, name, current, ns, candidates, caches, scope, grace)
 
 
-def _contenders(sources: Iterable[CachedObject], world: World, scope: Scope
+def _contenders(sources: Iterable[CachedObject], caches: Caches, scope: Scope
                 ) -> list[CachedObject]:
     """The honoured sources among `sources` (of one name), oldest first."""
-    return sorted((s for s in sources if honoured(s, world.namespace(s.namespace), scope)),
+    return sorted((s for s in sources if honoured(s, caches.namespace(s.namespace), scope)),
                   key=seniority)
 
 
 def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespace | None,
-            candidates: list[CachedObject], world: World, scope: Scope,
+            candidates: list[CachedObject], caches: Caches, scope: Scope,
             grace: Grace) -> Decision:
     """`decide`, given `candidates`: the honoured sources that want the place, oldest first."""
     if ns is None or ns.terminating:
@@ -337,8 +332,8 @@ def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespa
         return Decision(namespace, name, Action(
             _change(current, owner), namespace, name, current.resource_version,
             "differs from the source", owner_key), owner, conflicts)
-    source = world.get(owner_key)
-    home = world.namespace(source.namespace) if source is not None else None
+    source = caches.get(owner_key)
+    home = caches.namespace(source.namespace) if source is not None else None
     if source is not None and source.compiled is not None and (
             home is None  # its namespace is not cached yet: decide nothing
             or (scope.honours(home) and source.compiled.invalid is not None)):  # a typo
@@ -459,15 +454,15 @@ def _orphaned_because(source: CachedObject | None, home: Namespace | None,
 # -- one source: the decisions it touches ------------------------------------------------------
 
 
-def plan_source(key: str, world: World, current: Callable[[str], CachedObject | None],
+def plan_source(key: str, caches: Caches, current: Callable[[str], CachedObject | None],
                 scope: Scope, grace: Grace) -> ReplicationPlan:
     """What source `key` ("ns/name") wants, compared with what is there: `decide` for every
     namespace it targets and every replica it has, keeping what concerns this source (its
     writes, its conflicts). `current(ns/name)` is the object there now."""
-    kind = world.kind.name
-    source = world.get(key)
+    kind = caches.kind.name
+    source = caches.get(key)
     compiled = source.compiled if source is not None else None
-    home = world.namespace(source.namespace) if source is not None else None
+    home = caches.namespace(source.namespace) if source is not None else None
     refused = None
     if source is not None and compiled is not None:
         if home is None:
@@ -478,24 +473,24 @@ def plan_source(key: str, world: World, current: Callable[[str], CachedObject | 
             return ReplicationPlan(kind, key, invalid=compiled.invalid)  # a typo: no change
     name = key.partition("/")[2]
     honoured_source = source if honoured(source, home, scope) else None
-    namespaces = world.all_namespaces()
+    namespaces = caches.all_namespaces()
     targets = sorted(ns.name for ns in namespaces
                      if honoured_source is not None and wants(honoured_source, ns, scope))
     pullers = tuple(sorted(ns.name for ns in namespaces if ns.pulls.entries
-                           and (world.kind.pull_name, key) in ns.pulls.entries))
+                           and (caches.kind.pull_name, key) in ns.pulls.entries))
     wanted = set(targets)
-    touched = wanted | {r.namespace for r in world.replicas_of(key)}
-    contenders = _contenders(world.sources_named(name), world, scope)
+    touched = wanted | {r.namespace for r in caches.replicas_of(key)}
+    contenders = _contenders(caches.sources_named(name), caches, scope)
     actions: list[Action] = []
     conflicts: list[Conflict] = []
     for namespace in sorted(touched):
-        ns = world.namespace(namespace)
+        ns = caches.namespace(namespace)
         # The same candidates `decide` finds; whether this source wants the place is known.
         candidates = [] if ns is None else [
             s for s in contenders
             if (namespace in wanted if s is honoured_source else wants(s, ns, scope))]
         decision = _decide(namespace, name, current(f"{namespace}/{name}"), ns, candidates,
-                           world, scope, grace)
+                           caches, scope, grace)
         actions.extend(a for a in (decision.action, decision.then)
                        if a is not None and a.source == key)
         conflicts.extend(c for c in decision.conflicts if c.source == key)

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from configmirror.client.kube import ApiError, Kube
+from configmirror.client.outage import Outage, no_answer, served
 from configmirror.clock import Clock, RealClock
-from configmirror.kube import ApiError, Kube
-from configmirror.outage import Outage, no_answer, served
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 5.0       # one lease request

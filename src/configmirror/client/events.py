@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from configmirror.backoff import Backoff
+from configmirror.client.kube import ApiError, Failure, Kube
+from configmirror.client.outage import Outage, no_answer, served
 from configmirror.clock import Clock, RealClock
-from configmirror.kube import ApiError, Failure, Kube
-from configmirror.outage import Outage, no_answer, served
 from configmirror.vocabulary import EVENTS, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,7 @@ class EventRecorder:
             self._cond.notify()
 
     def _run(self) -> None:
-        delay = RETRY_MIN
+        backoff = Backoff(RETRY_MIN, RETRY_MAX)
         while True:
             with self._cond:
                 while True:
@@ -221,7 +222,7 @@ class EventRecorder:
                 with self._cond:
                     self._writing = 0
             if written:
-                delay = RETRY_MIN
+                backoff.reset()
                 continue
             # The server does not answer: keep the Event first in line and wait a while.
             with self._cond:
@@ -230,7 +231,8 @@ class EventRecorder:
                 self._queue.appendleft(event)
             # The outage's end (whoever sees it) ends the wait: a fresh start, not the rest of
             # a backoff begun while the server was away.
-            delay = RETRY_MIN if self._wait_out(delay) else min(delay * 2, RETRY_MAX)
+            if self._wait_out(backoff.next()):
+                backoff.reset()
 
     def _wait_out(self, delay: float) -> bool:
         """Wait `delay` before the next try, or until the outage this failure met ends

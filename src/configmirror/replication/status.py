@@ -14,16 +14,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from configmirror.model import Namespace
-from configmirror.plan import (
+from configmirror.replication.model import Caches, Namespace
+from configmirror.replication.plan import (
     ReplicationPlan,
-    World,
     pull_entry,
     pull_refusals,
     pulls_of,
     unserved_pulls,
 )
-from configmirror.spec import Scope
+from configmirror.replication.spec import Scope
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ class Failure:
 class KindView:
     """One kind's caches, scope and watched names, as status reads them."""
 
-    world: World
+    caches: Caches
     scope: Scope
     names: tuple[str, ...]
     plans: list[ReplicationPlan] = field(default_factory=list)
@@ -83,7 +82,7 @@ class KindView:
 def source_status(plan: ReplicationPlan, view: KindView,
                   failures: Iterable[Failure]) -> SourceStatus:
     """The status of one planned source."""
-    source = view.world.get(plan.source)
+    source = view.caches.get(plan.source)
     problems = [Problem("conflict", c.message, f"{c.namespace}/{c.name}")
                 for c in plan.conflicts]
     if plan.invalid is not None:
@@ -91,12 +90,12 @@ def source_status(plan: ReplicationPlan, view: KindView,
     if plan.not_allowed is not None:
         problems.append(Problem("not_allowed", plan.not_allowed))
     for name in plan.pullers:
-        namespace = view.world.namespace(name)
+        namespace = view.caches.namespace(name)
         if namespace is None:
             continue
-        entry = pull_entry(view.world.kind.name, plan.source)
+        entry = pull_entry(view.caches.kind.name, plan.source)
         problems += [Problem("pull_refused", r.message, name)
-                     for r in pull_refusals(namespace, view.world, view.scope, view.names)
+                     for r in pull_refusals(namespace, view.caches, view.scope, view.names)
                      if r.entry == entry]
     if source is not None:
         problems += [Problem("failed", f.message) for f in failures
@@ -117,10 +116,10 @@ def namespace_status(name: str, views: Mapping[str, KindView],
     pulls: list[dict[str, Any]] = []
     namespace: Namespace | None = None
     for kind, view in views.items():
-        namespace = namespace or view.world.namespace(name)
+        namespace = namespace or view.caches.namespace(name)
         for plan in view.plans:
             here = [a for a in plan.actions if a.namespace == name]
-            for replica in view.world.replicas_of(plan.source):
+            for replica in view.caches.replicas_of(plan.source):
                 if replica.namespace == name:
                     action = next((a for a in here if a.name == replica.name), None)
                     holds.append({"kind": kind, "name": replica.name, "replica_of": plan.source,
@@ -131,10 +130,10 @@ def namespace_status(name: str, views: Mapping[str, KindView],
     if namespace is None:
         return {"name": name, "exists": False, "holds": [], "pulls": []}
     for view in views.values():
-        refused = {r.entry: r.reason for r in pull_refusals(namespace, view.world, view.scope,
+        refused = {r.entry: r.reason for r in pull_refusals(namespace, view.caches, view.scope,
                                                             view.names)}
-        for key in pulls_of(view.world.kind, namespace):
-            entry = pull_entry(view.world.kind.pull_name, key)
+        for key in pulls_of(view.caches.kind, namespace):
+            entry = pull_entry(view.caches.kind.pull_name, key)
             pulls.append({"entry": entry, "state": "refused" if entry in refused else "allowed",
                           "reason": refused.get(entry, "")})
     pulls += [{"entry": r.entry, "state": "refused", "reason": r.reason}

@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from configmirror import __version__
+from configmirror.backoff import Backoff
+from configmirror.client.kube import ApiError, Kube
 from configmirror.clock import Clock, RealClock
-from configmirror.kube import ApiError, Kube
-from configmirror.settings import Settings, format_duration, parse_duration
-from configmirror.spec import PREFIX
+from configmirror.operator.settings import Settings, format_duration, parse_duration
+from configmirror.replication.spec import PREFIX
 from configmirror.vocabulary import CONFIGMAPS
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ class Publisher:
         self._written = str((written.get("metadata") or {}).get("resourceVersion", ""))
 
     def _run(self) -> None:
-        delay = RETRY_MIN
+        backoff = Backoff(RETRY_MIN, RETRY_MAX)
         while not self._stopped:
             try:
                 self.publish()
@@ -165,13 +166,12 @@ class Publisher:
                                 "status and wait will not find this operator until it is",
                                 self.namespace, self.name, err)
                 self._failing = True
-                self._pause(delay)
-                delay = min(delay * 2, RETRY_MAX)
+                self._pause(backoff.next())
                 continue
             if self._failing:
                 log.info("published the policy to configmap %s/%s", self.namespace, self.name)
             self._failing = False
-            delay = RETRY_MIN
+            backoff.reset()
             self._pause(REFRESH)
 
     def _pause(self, seconds: float) -> None:

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from typing import Generic, NamedTuple, TypeVar
 
 from configmirror.clock import Clock
-from configmirror.model import CachedObject
-from configmirror.plan import Grace
+from configmirror.replication.model import CachedObject
+from configmirror.replication.plan import Grace
 
 K = TypeVar("K")
 V = TypeVar("V")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from configmirror.spec import KUBERNETES_REPLICATOR, REFLECTOR
+from configmirror.replication.spec import KUBERNETES_REPLICATOR, REFLECTOR
 
 # kubernetes-reflector (emberstack/kubernetes-reflector,
 # src/ES.Kubernetes.Reflector/Mirroring/Core/Annotations.cs, lines 5 and 15-20). Its

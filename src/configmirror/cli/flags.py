@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from configmirror.settings import parse_duration
-from configmirror.spec import ADOPT_TOOLS, InvalidSpec, parse_adopt
+from configmirror.operator.settings import parse_duration
+from configmirror.replication.spec import ADOPT_TOOLS, InvalidSpec, parse_adopt
 
 ENV_PREFIX = "CONFIGMIRROR_"
 _FLAGS = "_flags"  # where a parsed namespace keeps the flags of the command it parsed

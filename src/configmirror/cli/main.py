@@ -29,10 +29,9 @@ from typing import Any, Literal, overload
 import kubernetes
 import yaml
 
-from configmirror import __version__, policy
+from configmirror import __version__
 from configmirror.allocator import fix_mmap_threshold
-from configmirror.caches import ClusterCache, KindCache, Replicated, discovery, replicated_kinds
-from configmirror.flags import (
+from configmirror.cli.flags import (
     UNSET,
     Choice,
     Parser,
@@ -45,11 +44,25 @@ from configmirror.flags import (
     number,
     resolve,
 )
-from configmirror.kube import ApiError, ConfigError, Kube, load_configuration
-from configmirror.plan import Grace, ReplicationPlan, plan_source
-from configmirror.settings import Settings, format_duration
-from configmirror.spec import InvalidSpec, ReplicaRules
-from configmirror.status import Failure, KindView, SourceStatus, namespace_status, source_status
+from configmirror.client.kube import ApiError, ConfigError, Kube, load_configuration
+from configmirror.operator import policy
+from configmirror.operator.caches import (
+    ClusterInformers,
+    KindInformers,
+    Replicated,
+    discovery,
+    replicated_kinds,
+)
+from configmirror.operator.settings import Settings, format_duration
+from configmirror.replication.plan import Grace, ReplicationPlan, plan_source
+from configmirror.replication.spec import InvalidSpec, ReplicaRules
+from configmirror.replication.status import (
+    Failure,
+    KindView,
+    SourceStatus,
+    namespace_status,
+    source_status,
+)
 from configmirror.vocabulary import (
     CONFIGMAP,
     CUSTOM_SYNTAX,
@@ -377,7 +390,9 @@ def _connect(settings: Settings, pool_size: int, limited: bool = True) -> Kube:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from configmirror.manager import Manager  # the plan command does not need the machinery
+    from configmirror.operator.manager import (
+        Manager,  # the plan command does not need the machinery
+    )
 
     settings = _settings(args)
     # Before any list page is read: a relist's freed pages are returned, not kept (allocator).
@@ -403,19 +418,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 @overload
-def _listed(settings: Settings) -> ClusterCache: ...
+def _listed(settings: Settings) -> ClusterInformers: ...
 @overload
-def _listed(settings: Settings, failures: Literal[True]) -> tuple[ClusterCache, list[Failure]]: ...
+def _listed(settings: Settings,
+            failures: Literal[True]) -> tuple[ClusterInformers, list[Failure]]: ...
 
 
 def _listed(settings: Settings, failures: bool = False
-            ) -> ClusterCache | tuple[ClusterCache, list[Failure]]:
+            ) -> ClusterInformers | tuple[ClusterInformers, list[Failure]]:
     """The operator's own caches, listed once (Secrets one name at a time, as it watches
     them), and with `failures` the ReplicationFailed Events it recorded on sources."""
     kube = _connect(settings, pool_size=2, limited=False)
     found: list[Failure] = []
     try:
-        cache = ClusterCache(kube, _kinds(settings, kube), _rules(settings))
+        cache = ClusterInformers(kube, _kinds(settings, kube), _rules(settings))
         cache.list_once()
         if failures:
             found = _failures(kube)
@@ -446,7 +462,7 @@ def _failures(kube: Kube) -> list[Failure]:
         query["continue"] = token
 
 
-def _plans(cached: KindCache, settings: Settings,
+def _plans(cached: KindInformers, settings: Settings,
            only: Callable[[str], bool] = lambda key: True) -> list[ReplicationPlan]:
     """The plan of every source of one kind (and of every source a replica still names).
 
@@ -515,7 +531,7 @@ def _wait(args: argparse.Namespace) -> int:
     kube = _connect(settings, pool_size=2, limited=False)
     changed = threading.Event()
     try:
-        cache = ClusterCache(kube, _kinds(settings, kube), _rules(settings),
+        cache = ClusterInformers(kube, _kinds(settings, kube), _rules(settings),
                              on_object=lambda *_: changed.set(),
                              on_namespace=lambda *_: changed.set())
         kind, key = _known(named, cache)
@@ -570,12 +586,12 @@ def _source(args: argparse.Namespace, settings: Settings) -> _Named | None:
 
 
 @overload
-def _known(named: _Named, cache: ClusterCache) -> tuple[Kind, str]: ...
+def _known(named: _Named, cache: ClusterInformers) -> tuple[Kind, str]: ...
 @overload
-def _known(named: None, cache: ClusterCache) -> None: ...
+def _known(named: None, cache: ClusterInformers) -> None: ...
 
 
-def _known(named: _Named | None, cache: ClusterCache) -> tuple[Kind, str] | None:
+def _known(named: _Named | None, cache: ClusterInformers) -> tuple[Kind, str] | None:
     """A named source with its kind resolved among those the cache holds: a custom resource
     by KIND.GROUP or PLURAL.GROUP."""
     if named is None:
@@ -665,7 +681,7 @@ def _kind_of(kind: str, settings: Settings) -> Kind | str:
     return CONFIGMAP
 
 
-def _said(cache: ClusterCache) -> dict[str, str]:
+def _said(cache: ClusterInformers) -> dict[str, str]:
     """How the commands name each kind the cache holds, by its name: `networkpolicy`,
     `widget.example.com` (what `plan` and `status` print, so it can be pasted back)."""
     return {kind.name: kind.flag for kind in cache.kinds}
@@ -767,7 +783,7 @@ def _add_migrate(commands: Any) -> None:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from configmirror import migrate
+    from configmirror.replication import migrate
 
     settings = Settings(kubeconfig=args.kubeconfig, context=args.context)
     kube = _connect(settings, pool_size=2, limited=False)

@@ -18,9 +18,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from configmirror.adoption import RF, RF_AUTO_REFLECTS, RF_REFLECTS, RP, RP_FROM
-from configmirror.selector import SelectorError, parse_selector
-from configmirror.spec import (
+from configmirror.replication.adoption import RF, RF_AUTO_REFLECTS, RF_REFLECTS, RP, RP_FROM
+from configmirror.replication.selector import SelectorError, parse_selector
+from configmirror.replication.spec import (
     COPY_ANNOTATIONS,
     KUBERNETES_REPLICATOR,
     PULL,

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from configmirror.admission import (
+from configmirror.replication.admission import (
     ADMITTED,
     NONE,
     changed,
@@ -30,8 +30,8 @@ from configmirror.admission import (
     holds,
     parse_admitted,
 )
-from configmirror.adoption import Mirror, marked, mirror_of
-from configmirror.spec import (
+from configmirror.replication.adoption import Mirror, marked, mirror_of
+from configmirror.replication.spec import (
     ADOPT,
     COPY_ANNOTATIONS,
     COPY_KEYS,
@@ -62,7 +62,6 @@ from configmirror.spec import (
     parse_spec,
     replica_secret_type,
 )
-from configmirror.store import Store
 from configmirror.vocabulary import CONFIGMAP, ROLEBINDING, SECRET, Kind
 
 REPLICA_OF = PREFIX + "replica-of"
@@ -525,11 +524,18 @@ class ObjectCache(Protocol):
     def __len__(self) -> int: ...
 
 
+class NamespaceCache(Protocol):
+    """What the domain reads of the namespaces' cache (a Store)."""
+
+    def get(self, key: str) -> Namespace | None: ...
+    def values(self) -> list[Namespace]: ...
+
+
 class Caches:
     """The informers' caches of one kind, and of namespaces, as the domain reads them (it
     never writes them)."""
 
-    def __init__(self, objects: ObjectCache, namespaces: Store[Namespace], kind: Kind) -> None:
+    def __init__(self, objects: ObjectCache, namespaces: NamespaceCache, kind: Kind) -> None:
         self.objects = objects
         self.namespaces = namespaces
         self.kind = kind

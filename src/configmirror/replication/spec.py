@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from configmirror.selector import Selector, SelectorError, parse_selector
+from configmirror.replication.selector import Selector, SelectorError, parse_selector
 from configmirror.vocabulary import CONFIGMAP, OPTIONAL, SECRET
 
 PREFIX = "configmirror.io/"

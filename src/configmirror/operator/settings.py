@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from configmirror.spec import DEFAULT_DROP, DEFAULT_EXCLUDED
+from configmirror.replication.spec import DEFAULT_DROP, DEFAULT_EXCLUDED
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+from configmirror.backoff import Backoff
+from configmirror.client.kube import ApiError, Kube, WatchSilent, WatchStream
+from configmirror.client.outage import Outage, no_answer
+from configmirror.client.store import Store
 from configmirror.clock import Clock, RealClock
-from configmirror.kube import ApiError, Kube, WatchSilent, WatchStream
 from configmirror.metrics import Metrics
-from configmirror.outage import Outage, no_answer
-from configmirror.store import Store
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -51,6 +52,12 @@ class OwnWrites(Protocol[T]):
 
 
 MIN_WATCH_TIMEOUT = 300  # client-go: a server-side timeout in [5, 10) minutes, randomized
+
+
+def reflector_backoff(clock: Clock, rng: random.Random | None = None) -> Backoff:
+    """client-go's reflector backoff: 0.8 s doubling to 30 s, jittered by up to itself, and
+    from the start again after 2 minutes without a failure."""
+    return Backoff(0.8, 30.0, jitter=1.0, reset_after=120.0, clock=clock, rng=rng)
 READ_TIMEOUT_MARGIN = 30.0  # past its timeout, a watch the server has not ended is dead
 
 # How often kube-apiserver sends a bookmark, from its source (k8s.io/apiserver v0.36.3,
@@ -132,37 +139,6 @@ class WatchLiveness:
         return self.last_bookmark is None or self.last_probe <= self.last_event
 
 
-class Backoff:
-    """client-go's reflector backoff: 0.8 s doubling to 30 s, jittered into [d, 2d), and reset
-    to the start after 2 minutes without a failure."""
-
-    def __init__(self, clock: Clock, initial: float = 0.8, cap: float = 30.0,
-                 reset_after: float = 120.0, rng: random.Random | None = None) -> None:
-        self._clock = clock
-        self._initial = initial
-        self._cap = cap
-        self._reset_after = reset_after
-        self._rng = rng or random.Random()
-        self._delay = initial
-        self._last_failure: float | None = None
-
-    def next(self) -> float:
-        """The wait before the next attempt after a failure."""
-        now = self._clock.now()
-        if self._last_failure is not None and now - self._last_failure > self._reset_after:
-            self._delay = self._initial
-        self._last_failure = now
-        delay = self._delay
-        self._delay = min(self._delay * 2, self._cap)
-        return delay * (1 + self._rng.random())
-
-    def reset(self) -> None:
-        """Start again from the initial delay (the server answered after an outage: its
-        failures say nothing about the next one)."""
-        self._delay = self._initial
-        self._last_failure = None
-
-
 class _Gone(Exception):
     """The resourceVersion we watch from has been compacted away: relist."""
 
@@ -206,7 +182,7 @@ class Informer(Generic[T]):
         self._dispatcher: threading.Thread | None = None
         self._outage: str | None = None  # the error being retried, logged once
         self._failures = 0
-        self._backoff = Backoff(self._clock)  # the reader's, between failed attempts
+        self._backoff = reflector_backoff(self._clock)  # the reader's, between failed attempts
         self._own_writes: OwnWrites[T] | None = None
         self.resource_version = ""
         self.last_event_at = time.time()

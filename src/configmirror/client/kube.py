@@ -32,15 +32,15 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config.kube_config import ENV_KUBECONFIG_PATH_SEPARATOR, KubeConfigMerger
 
-from configmirror.clock import Clock, RealClock
-from configmirror.tokenbucket import TokenBucketRateLimiter
-from configmirror.transport import (
+from configmirror.client.tokenbucket import TokenBucketRateLimiter
+from configmirror.client.transport import (
     CONNECT_TIMEOUT,
     Connections,
     Stream,
     UnsupportedSetting,
     endpoint,
 )
+from configmirror.clock import Clock, RealClock
 
 __all__ = ["AUTH_REFRESH", "CONNECT_TIMEOUT", "NAMESPACES", "REQUEST_TIMEOUT",
            "RETRY_AFTER_ATTEMPTS", "RETRY_AFTER_MAX", "ApiError", "ConfigError", "Failure",

@@ -26,13 +26,22 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from configmirror.admission import ADMITTED, admitted_mark
-from configmirror.adoption import Mirror, adoption_patch
-from configmirror.events import EventRecorder
-from configmirror.kube import ApiError, Failure, Kube
-from configmirror.memory import Memory
+from configmirror.client.events import EventRecorder
+from configmirror.client.kube import ApiError, Failure, Kube
+from configmirror.controller.reconcile import (
+    CacheBehind,
+    Forbidden,
+    ReconcileError,
+    Result,
+    RetryableError,
+    ServerUnavailable,
+    TerminalError,
+)
 from configmirror.metrics import Metrics
-from configmirror.model import (
+from configmirror.operator.memory import Memory
+from configmirror.replication.admission import ADMITTED, admitted_mark
+from configmirror.replication.adoption import Mirror, adoption_patch
+from configmirror.replication.model import (
     CONTENT_HASH,
     MANAGED_BY,
     PULL_ROLE,
@@ -53,7 +62,7 @@ from configmirror.model import (
     source_key,
     target_key,
 )
-from configmirror.plan import (
+from configmirror.replication.plan import (
     REMOVALS,
     Action,
     Conflict,
@@ -65,16 +74,7 @@ from configmirror.plan import (
     pull_refusals,
     unserved_pulls,
 )
-from configmirror.reconcile import (
-    CacheBehind,
-    Forbidden,
-    ReconcileError,
-    Result,
-    RetryableError,
-    ServerUnavailable,
-    TerminalError,
-)
-from configmirror.spec import ON_DELETE, Scope
+from configmirror.replication.spec import ON_DELETE, Scope
 from configmirror.vocabulary import ObjectRef
 
 log = logging.getLogger(__name__)

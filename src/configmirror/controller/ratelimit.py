@@ -10,8 +10,9 @@ import threading
 from collections.abc import Hashable
 from typing import Protocol
 
+from configmirror.backoff import Backoff
+from configmirror.client.tokenbucket import TokenBucketRateLimiter
 from configmirror.clock import Clock
-from configmirror.tokenbucket import TokenBucketRateLimiter
 
 
 class RateLimiter(Protocol):
@@ -59,14 +60,10 @@ class ItemExponentialFailureRateLimiter(_PerItemFailures):
 
     def __init__(self, base_delay: float = 0.005, max_delay: float = 1000.0) -> None:
         super().__init__()
-        self._base = base_delay
-        self._max = max_delay
+        self._curve = Backoff(base_delay, max_delay)
 
     def when(self, item: Hashable) -> float:
-        exp = self._record(item)
-        if exp >= 1024:  # 2**exp would overflow a float long before this; the cap applies anyway
-            return self._max
-        return min(self._base * 2.0**exp, self._max)
+        return self._curve.at(self._record(item))
 
 
 class ItemFastSlowRateLimiter(_PerItemFailures):

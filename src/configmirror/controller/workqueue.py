@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 from configmirror.clock import Clock, RealClock
-from configmirror.ratelimit import RateLimiter
+from configmirror.controller.ratelimit import RateLimiter
 
 T = TypeVar("T", bound=Hashable)
 
