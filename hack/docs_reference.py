@@ -132,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     from configmirror.cli import main as cli
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(flags.ENV_PREFIX)}
     try:
-        return cli._parser()
+        return cli.parser()
     finally:
         os.environ.update(saved)
 

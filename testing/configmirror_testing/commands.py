@@ -10,4 +10,4 @@ from configmirror.cli import main as cli
 
 def parsed(*argv: str) -> argparse.Namespace:
     """`configmirror ARGV` as the command sees it: parsed, then resolved from the environment."""
-    return flags.resolve(cli._parser().parse_args(argv))
+    return flags.resolve(cli.parser().parse_args(argv))

@@ -13,8 +13,11 @@ import pytest
 import yaml
 
 from configmirror import __version__
-from configmirror.cli import flags
+from configmirror.cli import flags, reference
 from configmirror.cli import main as cli
+from configmirror.cli.arguments import NAMESPACE_HELP
+from configmirror.cli.plan import EXIT_OUT_OF_SYNC
+from configmirror.cli.wait import EXIT_NO_SUCH_SOURCE, EXIT_TIMED_OUT, EXIT_WAIT_ERROR
 from configmirror.operator.settings import Settings
 from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.commands import parsed
@@ -110,7 +113,7 @@ def test_version_prints_json_or_yaml(capsys: pytest.CaptureFixture[str], output:
 
 
 def helps() -> dict[str, str]:
-    parser = cli._parser()
+    parser = cli.parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return {"": parser.format_help(), **{name: p.format_help()
                                          for name, p in commands.choices.items()}}
@@ -120,7 +123,7 @@ def helps() -> dict[str, str]:
 def test_help_says_each_default_once_and_never_none(command: str) -> None:
     text = helps()[command]
     assert "None" not in text and "(default: )" not in text
-    parser = cli._parser()
+    parser = cli.parser()
     sub = parser if not command else next(
         a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
     ).choices[command]
@@ -152,8 +155,8 @@ def test_help_documents_the_exit_codes(command: str, codes: list[str]) -> None:
 
 
 def test_the_exit_codes_are_the_ones_help_documents() -> None:
-    assert (cli.EXIT_OUT_OF_SYNC, cli.EXIT_TIMED_OUT, cli.EXIT_NO_SUCH_SOURCE,
-            cli.EXIT_WAIT_ERROR) == (2, 1, 2, 3)
+    assert (EXIT_OUT_OF_SYNC, EXIT_TIMED_OUT, EXIT_NO_SUCH_SOURCE,
+            EXIT_WAIT_ERROR) == (2, 1, 2, 3)
 
 
 @pytest.mark.parametrize("argv", [
@@ -161,7 +164,7 @@ def test_the_exit_codes_are_the_ones_help_documents() -> None:
     ("wait", "ns/name", "--kubeconfig", "/nonexistent/kubeconfig")])
 def test_a_wait_that_cannot_start_is_an_error_never_a_timeout(
         argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(list(argv)) == cli.EXIT_WAIT_ERROR
+    assert cli.main(list(argv)) == EXIT_WAIT_ERROR
     assert capsys.readouterr().err.startswith("configmirror: ")
 
 
@@ -183,7 +186,7 @@ def test_a_wait_that_cannot_start_is_an_error_never_a_timeout(
 ])
 def test_a_source_is_named_as_in_the_pull_annotation_or_as_kubectl_names_it(
         text: str, namespace: str | None, said: str | None, key: str) -> None:
-    assert cli._reference(text, namespace) == (said, key)
+    assert reference.parse(text, namespace) == (said, key)
 
 
 @pytest.mark.parametrize(("text", "namespace", "message"), [
@@ -202,7 +205,7 @@ def test_a_source_is_named_as_in_the_pull_annotation_or_as_kubectl_names_it(
 def test_a_source_named_otherwise_is_refused_saying_how(
         text: str, namespace: str | None, message: str) -> None:
     with pytest.raises(flags.UsageError) as raised:
-        cli._reference(text, namespace)
+        reference.parse(text, namespace)
     assert str(raised.value).startswith(message)
 
 
@@ -212,7 +215,7 @@ def test_plan_status_and_wait_take_n_and_o_with_one_meaning(command: str) -> Non
     long = parsed(command, "--namespace=team", "--output=json", "cm/cfg")
     assert (short.namespace, short.output, short.source) == ("team", "yaml", "cm/cfg")
     assert (long.namespace, long.output) == ("team", "json")
-    assert " ".join(helps()[command].split()).count(" ".join(cli._NAMESPACE.split())) == 1
+    assert " ".join(helps()[command].split()).count(" ".join(NAMESPACE_HELP.split())) == 1
 
 
 def test_n_is_never_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -226,28 +229,28 @@ def settings(secrets: bool) -> Settings:
 
 
 def test_the_kind_of_a_source_is_the_one_named(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli._reference_of(parsed("status", "secret/ns/creds"), settings(True)) == (
+    assert reference.named_in(parsed("status", "secret/ns/creds"), settings(True)) == (
         SECRET, "ns/creds")
-    assert cli._reference_of(parsed("wait", "-n", "ns", "cm/cfg"), settings(True)) == (
+    assert reference.named_in(parsed("wait", "-n", "ns", "cm/cfg"), settings(True)) == (
         CONFIGMAP, "ns/cfg")
-    assert cli._reference_of(parsed("wait", "ns/cfg"), settings(True)) == (CONFIGMAP, "ns/cfg")
+    assert reference.named_in(parsed("wait", "ns/cfg"), settings(True)) == (CONFIGMAP, "ns/cfg")
     assert capsys.readouterr().err == ""
 
 
 def test_kind_is_a_deprecated_alias_that_still_works(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli._reference_of(parsed("wait", "ns/creds", "--kind", "secret"), settings(True)) == (
+    assert reference.named_in(parsed("wait", "ns/creds", "--kind", "secret"), settings(True)) == (
         SECRET, "ns/creds")
     assert capsys.readouterr().err == (
         "configmirror: warning: --kind is deprecated: write secret/ns/creds\n")
     with pytest.raises(flags.UsageError, match="'configmap/ns/creds' is a configmap, --kind "
                                                "says secret"):
-        cli._reference_of(parsed("wait", "configmap/ns/creds", "--kind=secret"), settings(True))
+        reference.named_in(parsed("wait", "configmap/ns/creds", "--kind=secret"), settings(True))
 
 
 def test_a_secret_source_needs_the_secret_flags() -> None:
     with pytest.raises(flags.UsageError, match="a secret source needs the operator's "
                                                "--secret-names"):
-        cli._reference_of(parsed("status", "secret/ns/creds"), settings(False))
+        reference.named_in(parsed("status", "secret/ns/creds"), settings(False))
 
 
 def test_status_shows_a_namespaces_holdings_with_target_namespace() -> None:

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from configmirror.cli import flags
-from configmirror.cli import main as cli
+from configmirror.cli import flags, reference
 from configmirror.client.kube import ApiError, resource_of
 from configmirror.operator.caches import Discovery, replicated_kinds
 from configmirror.operator.settings import Settings
@@ -261,25 +260,25 @@ def test_a_namespace_pulls_a_custom_resource_by_kind_dot_group() -> None:
 def test_a_command_names_a_custom_resource_as_kind_or_plural_dot_group() -> None:
     on = Settings(kinds="example.com/v1/Widget")
     for said in ("widget.example.com", "widgets.example.com", "Widget.example.com"):
-        assert cli._reference_of(parsed("status", f"{said}/ns/w"), on) == (
+        assert reference.named_in(parsed("status", f"{said}/ns/w"), on) == (
             said.lower(), "ns/w")
     with pytest.raises(flags.UsageError, match=r"a widget\.example\.com source needs the "
                                                r"operator's --kinds to name widget\.example"):
-        cli._reference_of(parsed("status", "widget.example.com/ns/w"), Settings())
+        reference.named_in(parsed("status", "widget.example.com/ns/w"), Settings())
     with pytest.raises(flags.UsageError, match="'widget/ns/w': 'widget' is not a kind"):
-        cli._reference_of(parsed("status", "widget/ns/w"), on)
+        reference.named_in(parsed("status", "widget/ns/w"), on)
 
 
 def test_once_discovery_has_resolved_it_a_command_finds_the_kind_by_either_name() -> None:
     cache: Any = SimpleNamespace(kinds={CONFIGMAP: None, NETWORKPOLICY: None, WIDGET: None})
     for said in ("widget.example.com", "widgets.example.com"):
-        assert cli._known((said, "ns/w"), cache) == (WIDGET, "ns/w")
-    assert cli._known((NETWORKPOLICY, "ns/p"), cache) == (NETWORKPOLICY, "ns/p")
-    assert cli._known(None, cache) is None
+        assert reference.known((said, "ns/w"), cache) == (WIDGET, "ns/w")
+    assert reference.known((NETWORKPOLICY, "ns/p"), cache) == (NETWORKPOLICY, "ns/p")
+    assert reference.known(None, cache) is None
     with pytest.raises(flags.UsageError, match=r"^'gadget\.example\.com': the operator's --kinds "
                                                r"names no such custom resource \(it names "
                                                r"example\.com/v1/Widget\)$"):
-        cli._known(("gadget.example.com", "ns/w"), cache)
+        reference.known(("gadget.example.com", "ns/w"), cache)
     # What plan and status print: the kind as a command takes it back.
-    assert cli._said(cache) == {"ConfigMap": "configmap", "NetworkPolicy": "networkpolicy",
-                                "Widget": "widget.example.com"}
+    assert reference.kind_words(cache) == {
+        "ConfigMap": "configmap", "NetworkPolicy": "networkpolicy", "Widget": "widget.example.com"}

@@ -1,0 +1,114 @@
+"""What the commands' parsers share: how a command and a flag are added, the help's exit codes
+and conventions, and the flags of every command that reads the cluster as the operator does."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from configmirror.cli import reference
+from configmirror.cli.flags import Choice, Parser, adopt_from, boolean, duration, integer, number
+from configmirror.cli.output import FORMATS
+from configmirror.operator.settings import Settings
+from configmirror.vocabulary import CUSTOM_SYNTAX, OPTIONAL
+
+CONVENTIONS = """\
+flags: booleans as --flag, --flag=true|false or --no-flag; durations as 90s, 10m, 1h30m,
+300ms (a bare number is seconds); each flag but -n and --target-namespace also an
+environment variable, CONFIGMIRROR_ and its name (--max-retries: CONFIGMIRROR_MAX_RETRIES),
+the command line winning.
+"""
+NAMESPACE_HELP = ("the namespace of the sources: with a source named, its namespace; without, "
+                  "only the sources in this namespace (the same for plan, status and wait)")
+
+
+def add_command(commands: argparse._SubParsersAction[Parser], name: str, help: str,
+                codes: Sequence[tuple[int, str]], conventions: bool = True,
+                error_code: int = 1) -> Parser:
+    """The parser of command `name`: its help, then its exit codes (`error_code` the one of
+    a mistake on its command line)."""
+    made: Parser = commands.add_parser(
+        name, help=help, description=help, epilog=_epilog(codes, conventions),
+        formatter_class=argparse.RawDescriptionHelpFormatter, error_code=error_code)
+    return made
+
+
+def add_flag(parser: Parser, flag: str, default: Any, help: str,
+             kind: Callable[[str], Any] = str, choices: Sequence[str] | None = None, *,
+             short: str | None = None, env: bool = True) -> None:
+    """A flag (flags.Parser.flag) whose value may come from its environment variable; the
+    builtin types stand for the Go-style parsers of that type."""
+    builtin: dict[Any, Callable[[str], Any]] = {int: integer, float: number, bool: boolean}
+    parse = builtin.get(kind, kind)
+    if choices is not None:
+        parse = Choice(tuple(choices))
+    parser.flag(flag, default, help, parse, short=short, env=env)
+
+
+def _epilog(codes: Sequence[tuple[int, str]], conventions: bool = True) -> str:
+    """Exit codes, one a line, then the flag conventions."""
+    said = "exit codes:\n" + "".join(f"  {code}  {meaning}\n" for code, meaning in codes)
+    return said + ("\n" + CONVENTIONS if conventions else "")
+
+
+def add_cluster_flags(p: Parser) -> None:
+    """The flags that say which cluster, and what the operator replicates there (run, plan,
+    status and wait judge with the same)."""
+    d = Settings()
+    add_flag(p, "--kubeconfig", d.kubeconfig, "kubeconfig file; without it $KUBECONFIG (a "
+             "list of files, merged), then in a pod its service account, then ~/.kube/config")
+    add_flag(p, "--context", d.context, "kubeconfig context (default: its current-context)")
+    add_flag(p, "--source-namespaces", d.source_namespaces,
+             "namespaces whose sources are honoured (globs, ! excludes)")
+    add_flag(p, "--source-namespace-selector", d.source_namespace_selector,
+             "honour sources only in namespaces whose labels match this selector, e.g. "
+             "configmirror.io/source=true as deploy/ and the Helm chart set it; empty: every "
+             "namespace --source-namespaces allows, the default for `run` on a laptop")
+    add_flag(p, "--exclude-namespaces", d.exclude_namespaces,
+             "namespaces that never receive replicas (globs)")
+    add_flag(p, "--secret-names", d.secret_names, "Secrets with these exact names (comma-"
+             "separated) may be sources; the only Secrets ever read (default: none, Secrets "
+             "are off)")
+    add_flag(p, "--secret-source-namespaces", d.secret_source_namespaces, "namespaces whose "
+             "Secrets of those names are sources (globs, ! excludes); needed with "
+             "--secret-names")
+    p.flag("--kinds", d.kinds, "the kinds replicated, comma-separated (the flag may be "
+           f"repeated): configmap always, and {', '.join(OPTIONAL)}, or a namespaced "
+           f"custom resource as {CUSTOM_SYNTAX} (resolved through discovery at start), "
+           "each only when named (otherwise it is never read: RBAC comes per kind); a "
+           "custom resource's replicas copy its spec (or the top-level fields named after "
+           "it, each after a colon), never its status; sources of every "
+           "kind only where --source-namespaces and --source-namespace-selector allow",
+           repeat=True)
+    add_flag(p, "--bindable-roles", d.bindable_roles, "the roles (names, comma-separated) a "
+             "replicated RoleBinding may reference; the operator's RBAC grants bind on these "
+             "only; a RoleBinding source binding any other is an InvalidSpec (default: none)")
+    add_flag(p, "--drop-labels", d.drop_labels, "label keys never copied to a replica (globs, "
+             "! excludes; replaces the default list, which holds the keys by which Argo CD, "
+             "Flux, Helm and cert-manager claim objects; '' drops nothing)")
+    add_flag(p, "--drop-annotations", d.drop_annotations, "annotation keys never copied to a "
+             "replica (globs; replaces the default list, the same as --drop-labels's)")
+    add_flag(p, "--delete-grace", d.delete_grace, "how long every removal of "
+             "a replica waits after its cause is first seen (a source deleted or no longer "
+             "annotated, a namespace that stops matching); if the cause goes within it, "
+             "nothing is written. 0s removes at once", duration)
+    add_flag(p, "--adopt-from", d.adopt_from, "take over the mirrors this tool made of every "
+             "source, in place (reflector or kubernetes-replicator; a source's own "
+             "configmirror.io/adopt also does; default '': none)", adopt_from)
+    add_flag(p, "--log-format", d.log_format, "log format", choices=("text", "json"))
+    p.flag("--log-level", d.log_level, "log level",
+           Choice(("debug", "info", "warning", "error"), (("warn", "warning"),)))
+
+
+def add_selection_flags(p: Parser, required: bool = False) -> None:
+    """The source (`required`: one must be named), -n, -o and the operator whose policy to
+    judge with: what plan, status and wait are about and how they print it."""
+    p.add_argument("source", nargs=None if required else "?", metavar="[KIND/]NS/NAME",
+                   help=f"{'the' if required else 'only this'} source, {reference.HELP}")
+    add_flag(p, "--namespace", None, NAMESPACE_HELP, short="-n", env=False)
+    add_flag(p, "--kind", None, "deprecated: name the kind in the source, secret/NS/NAME",
+             choices=("configmap", "secret", *OPTIONAL))
+    add_flag(p, "--output", "text", "output format", choices=FORMATS, short="-o")
+    add_flag(p, "--operator-namespace", "", "judge with the policy the operator in this "
+             "namespace publishes (default: look it up); a policy flag given here overrides it")

@@ -1,0 +1,79 @@
+"""`plan`: what `run` would change, changing nothing."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+from configmirror.cli import listing, reference
+from configmirror.cli.arguments import add_cluster_flags, add_command, add_selection_flags
+from configmirror.cli.flags import Parser, UsageError
+from configmirror.cli.output import dump
+from configmirror.cli.settings import followed, settings_of
+from configmirror.operator.settings import format_duration
+from configmirror.replication.plan import ReplicationPlan
+
+EXIT_OUT_OF_SYNC = 2  # changes to make, or problems
+
+
+def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
+    """`plan` and its flags: the cluster's, and which sources."""
+    plan = add_command(commands, "plan", "print what run would change, change nothing",
+                       [(0, "in sync"), (EXIT_OUT_OF_SYNC, "not in sync: changes to make, or "
+                                         "problems"),
+                        (1, "error (bad flags, no cluster, no such source)")])
+    add_cluster_flags(plan)
+    add_selection_flags(plan)
+
+
+def command(args: argparse.Namespace) -> int:
+    """Print the plan of each source the command is about; 0 when all are in sync."""
+    settings = followed(args, settings_of(args))
+    named = reference.source(args, settings)
+    cache = listing.listed(settings)
+    source = reference.known(named, cache)
+    plans = [p for kind, cached in cache.kinds.items()
+             for p in listing.plans(cached, settings,
+                                    listing.only(kind, source, args.namespace))]
+    if source is not None and not plans:
+        raise UsageError(f"there is no {source[0].name} source {source[1]} (nor a replica "
+                         "of one)")
+    in_sync = all(p.in_sync for p in plans)
+    if args.output != "text":
+        print(dump({"in_sync": in_sync, "plans": [p.to_json() for p in plans]}, args.output),
+              end="")
+    else:
+        print_plans(plans, reference.kind_words(cache))
+    return 0 if in_sync else EXIT_OUT_OF_SYNC
+
+
+def print_plans(plans: list[ReplicationPlan], said: Mapping[str, str]) -> None:
+    """The plans as text: each source's changes and problems, then the sums."""
+    if not plans:
+        print("no sources")
+    for plan in plans:
+        # A Secret (any kind) says so; a ConfigMap is the default and needs no word.
+        name = plan.source if plan.kind == "ConfigMap" else \
+            f"{said.get(plan.kind, plan.kind.lower())} {plan.source}"
+        if plan.invalid is not None:
+            print(f"{name}: invalid spec: {plan.invalid} (nothing will change)")
+            continue
+        if plan.not_allowed is not None:
+            print(f"{name}: not allowed: {plan.not_allowed}")
+        state = "in sync" if plan.in_sync else "out of sync"
+        print(f"{name}: {state}, {len(plan.targets)} target namespace(s)")
+        if plan.content is not None and "fields" in plan.content:  # a kind of no data keys
+            print(f"  content  {', '.join(plan.content['fields']) or 'no fields'}; hash "
+                  f"{plan.content['hash']}")
+        elif plan.content is not None:  # key names, sizes and a hash: never a value
+            keys = ", ".join(f"{k} ({n} B)" for k, n in plan.content["keys"].items())
+            print(f"  content  {keys or 'no keys'}; hash {plan.content['hash']}")
+        for action in plan.actions:
+            when = f"in {format_duration(action.due_in)}: " if action.due_in > 0 else ""
+            print(f"  {action.kind:<8} {action.namespace}/{action.name}  ({when}{action.why})")
+        for conflict in plan.conflicts:
+            print(f"  conflict {conflict.namespace}/{conflict.name}  ({conflict.message})")
+    changes = sum(len(p.actions) for p in plans)
+    problems = sum(len(p.conflicts) + (p.invalid is not None) + (p.not_allowed is not None)
+                   for p in plans)
+    print(f"{len(plans)} source(s): {changes} change(s), {problems} problem(s)")
