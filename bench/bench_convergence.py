@@ -4,7 +4,7 @@
     python bench/bench_convergence.py --shape 20x5000        # 100,000 replicas
     python bench/bench_convergence.py --shape 1000x10        # with --edits 1000 by default
 
-The shapes of DESIGN.md section 5: 1 x 5000, 200 x 50, 20 x 500, 20 x 5000 (flags, or
+The shapes of docs/performance.md: 1 x 5000, 200 x 50, 20 x 500, 20 x 5000 (flags, or
 `--shape SxN`), and 1000 x 10, the shape other replicators publish: there, once in sync, the
 operator's RSS and each of `--edits` sources edited in turn (the next once the last reached
 every replica), with the p50/p99 of edit -> its last replica written. Baselines, in the

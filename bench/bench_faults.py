@@ -24,7 +24,7 @@ fare, and the rate an overloaded server allows, against the Go writer under the 
    server killed (SIGKILL) for 8 s and started again on the same port (etcd keeps running);
    --outage-runs times with one operator (default flags but --kube-api-qps 0, as every
    benchmark). For each run: the seconds from the server's return (its /readyz answers) to
-   the last replica holding the new content (goal: 30 s, DESIGN.md section 5), and to the
+   the last replica holding the new content (goal: 30 s, docs/reliability.md), and to the
    `Replicated` Event that counts the edit's updates (written once the source is quiet for
    2 s, so at best 2 s after the last replica); replicas still stale after 120 s are named.
 """

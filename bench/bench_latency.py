@@ -5,7 +5,7 @@
 
 One source targeting N namespaces is edited `--edits` times, one edit after the previous
 one reached every replica and at least `--spacing` seconds apart; a watch sees each replica
-change. Prints p50/p99 of edit -> last replica. Goals (DESIGN.md section 5): p99 <= 1 s for
+change. Prints p50/p99 of edit -> last replica. Goals (docs/performance.md): p99 <= 1 s for
 50 replicas; for 5,000, p99 <= 1.3 x the Go writer's time for N writes at its best. That
 reference is measured in the same run: the Go writer (no client-side rate limit) updates the
 same N replicas (as many goroutines as the operator has workers, and 32) before and after

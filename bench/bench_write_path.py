@@ -94,17 +94,27 @@ def arm(namespaces: int, profile: bool, limit: int | None = None) -> dict[str, A
     from kubernetes import client as k8s_client
 
     import configmirror
-    from configmirror.client import transport
-    from configmirror.client.kube import Kube
-    from configmirror.operator.manager import Manager
-    from configmirror.operator.settings import Settings
-    from configmirror.replication.model import REPLICA_OF
-    from configmirror.replication.plan import desired_body
-    from configmirror.replication.spec import REPLICATE_TO
+    try:  # one package per layer
+        from configmirror.client import transport
+        from configmirror.client.kube import Kube
+        from configmirror.operator.manager import Manager
+        from configmirror.operator.settings import Settings
+        from configmirror.replication.model import REPLICA_OF
+        from configmirror.replication.plan import desired_body
+        from configmirror.replication.spec import REPLICATE_TO
+    except ImportError:  # a --base tree from before the packages: one flat module each
+        from configmirror.kube import Kube  # type: ignore[no-redef]
+        from configmirror.manager import Manager  # type: ignore[no-redef]
+        from configmirror.model import REPLICA_OF  # type: ignore[no-redef]
+        from configmirror.plan import desired_body  # type: ignore[no-redef]
+        from configmirror.settings import Settings  # type: ignore[no-redef]
+        from configmirror.spec import REPLICATE_TO  # type: ignore[no-redef]
+
+        from configmirror import transport  # type: ignore[no-redef,attr-defined]
     try:
         from configmirror.vocabulary import CONFIGMAP
     except ImportError:  # the code before the vocabulary module (494891f)
-        from configmirror.replication.model import CONFIGMAP  # type: ignore[no-redef,attr-defined]
+        from configmirror.model import CONFIGMAP  # type: ignore[no-redef]
 
     configuration = k8s_client.Configuration()
     configuration.host = "http://127.0.0.1:9"

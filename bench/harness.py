@@ -642,7 +642,7 @@ def operator_run(session: Session, operator: OperatorProcess, workers: int, tota
 
 
 def ratio_lines(ours: Run, baselines: Baselines) -> list[str]:
-    """The figures that section 5 of DESIGN.md sets goals for, as printed lines."""
+    """The figures docs/performance.md sets goals for, as printed lines."""
     same = baselines.mean(f"go@{ours.concurrency}")
     best = baselines.best()
     python = baselines.mean(f"python@{ours.concurrency}")

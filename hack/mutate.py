@@ -1,24 +1,27 @@
 #!/usr/bin/env python3
 """Mutation check: do the tests fail when the code they guard changes by one operator?
 
-Each mutant changes one expression or statement of the work queue, the controller, the
-rate limiter, the event routing, the planner, the API client (kube) or its wire (transport)
-(a comparison flipped, a guard removed, a call dropped, a constant moved by one), then runs
-the unit tests that cover that module.
+Each mutant changes one expression or statement of a module listed in TESTS below (the work
+queue, the controller, the rate limiter, the event routing, the planner, the API client (kube)
+and its wire (transport), and more, each named by its path under src/configmirror/, such as
+controller/workqueue.py): a comparison flipped, a guard removed, a call dropped, a constant
+moved by one. Then it runs the unit tests that cover that module.
 A mutant the tests still pass is a "survivor": either a test is missing, or the change
 makes no observable difference (an equivalent mutant), which ACCEPTED below records with
 the reason. Named mutants (NAMED) add the one-line changes a reviewer asked about.
 
     make mutate                         # everything; exits 1 if an unexplained mutant survives
-    hack/mutate.py --only controller    # the mutants of files (or lines) matching a word
+    hack/mutate.py --only controller/   # the mutants of files (or lines) matching a word:
+    hack/mutate.py --only workqueue     #   a package's files, or one module's
     hack/mutate.py --only 'plan.py:(29[0-4]|43[0-9]) '   # or a regular expression
     hack/mutate.py --list               # the mutants, without running anything
 
 It works on a copy of the tree in a temporary folder: each mutant is written there and run
 by pytest in a forked child whose sys.path puts the copy first (the child checks that it
 tested the copy). The files in the repo are never written, whatever happens to this script.
-Mutants of replicator.py run an end-to-end test too, so they need the local control plane
-(CONFIGMIRROR_CONTROLPLANE_ASSETS or KUBEBUILDER_ASSETS); without it they are left out.
+Mutants of operator/replicator.py, operator/caches.py and client/informer.py run an
+end-to-end test too, so they need the local control plane (CONFIGMIRROR_CONTROLPLANE_ASSETS
+or KUBEBUILDER_ASSETS); without it they are left out.
 """
 
 from __future__ import annotations
@@ -43,63 +46,77 @@ SRC = Path("src/configmirror")
 # The tests that cover each module, fastest and most specific first (pytest stops at the
 # first failure, so most mutants die in a second).
 TESTS: dict[str, list[str]] = {
-    "workqueue.py": ["tests/unit/test_workqueue.py", "tests/unit/test_workqueue_metrics.py",
-                     "tests/unit/test_controller.py", "tests/unit/test_workqueue_model.py"],
-    "controller.py": ["tests/unit/test_controller.py"],
-    "ratelimit.py": ["tests/unit/test_ratelimit.py", "tests/unit/test_workqueue.py"],
-    "tokenbucket.py": ["tests/unit/test_ratelimit.py", "tests/unit/test_kube.py"],
+    # the leaves
+    "backoff.py": ["tests/unit/test_backoff.py"],
     "clock.py": ["tests/unit/test_clock.py", "tests/unit/test_workqueue.py",
                  "tests/unit/test_controller.py"],
-    "routing.py": ["tests/unit/test_routing.py"],
-    "plan.py": ["tests/unit/test_plan.py", "tests/unit/test_routing.py",
-                "tests/unit/test_replicator_errors.py", "tests/unit/test_secrets.py",
-                "tests/unit/test_adoption.py", "tests/unit/test_plan_agrees_with_run.py"],
-    "adoption.py": ["tests/unit/test_adoption.py", "tests/unit/test_plan_agrees_with_run.py"],
-    "memory.py": ["tests/unit/test_memory.py", "tests/unit/test_expectations.py",
-                  "tests/unit/test_replicator.py", "tests/unit/test_plan_agrees_with_run.py"],
-    "admission.py": ["tests/unit/test_admission.py", "tests/unit/test_plan.py",
-                     "tests/unit/test_replicator.py", "tests/unit/test_plan_agrees_with_run.py"],
-    "replicator.py": ["tests/unit/test_replicator.py", "tests/unit/test_expectations.py",
-                      "tests/unit/test_replicator_errors.py",
-                      "tests/unit/test_events.py", "tests/unit/test_adoption.py",
-                      "tests/unit/test_plan_agrees_with_run.py",
-                      "tests/integration/test_expectations.py"],
-    "servergate.py": ["tests/unit/test_servergate.py"],
-    "outage.py": ["tests/unit/test_outage.py", "tests/unit/test_events.py",
-                  "tests/unit/test_servergate.py"],
-    "events.py": ["tests/unit/test_events.py", "tests/unit/test_replicator_errors.py"],
-    "transport.py": ["tests/unit/test_transport.py", "tests/unit/test_kube.py",
-                     "tests/unit/test_transport_h11.py"],  # the framing against h11, cut anywhere
-    "kube.py": ["tests/unit/test_kube.py", "tests/unit/test_transport.py"],
-    "status.py": ["tests/unit/test_status.py", "tests/unit/test_adoption.py"],
-    "policy.py": ["tests/unit/test_policy.py", "tests/integration/test_policy.py"],
-    "flags.py": ["tests/unit/test_flags.py"],
-    "caches.py": ["tests/unit/test_caches.py", "tests/integration/test_caches.py",
-                  "tests/integration/test_expectations.py"],
     "allocator.py": ["tests/unit/test_allocator.py"],
+    # controller/
+    "controller/workqueue.py": ["tests/unit/test_workqueue.py",
+                                "tests/unit/test_workqueue_metrics.py",
+                                "tests/unit/test_controller.py",
+                                "tests/unit/test_workqueue_model.py"],
+    "controller/controller.py": ["tests/unit/test_controller.py"],
+    "controller/ratelimit.py": ["tests/unit/test_ratelimit.py", "tests/unit/test_workqueue.py"],
+    "controller/servergate.py": ["tests/unit/test_servergate.py"],
+    # client/
+    "client/tokenbucket.py": ["tests/unit/test_ratelimit.py", "tests/unit/test_kube.py"],
+    "client/outage.py": ["tests/unit/test_outage.py", "tests/unit/test_events.py",
+                         "tests/unit/test_servergate.py"],
+    "client/events.py": ["tests/unit/test_events.py", "tests/unit/test_replicator_errors.py"],
+    "client/transport.py": ["tests/unit/test_transport.py", "tests/unit/test_kube.py",
+                            # the framing against h11, cut anywhere
+                            "tests/unit/test_transport_h11.py"],
+    "client/kube.py": ["tests/unit/test_kube.py", "tests/unit/test_transport.py"],
     # Only NAMED mutants: the store-as-held branch for the owner's own writes (OwnWrites).
-    "informer.py": ["tests/integration/test_informer.py"],
+    "client/informer.py": ["tests/integration/test_informer.py"],
+    # replication/
+    "replication/routing.py": ["tests/unit/test_routing.py"],
+    "replication/plan.py": ["tests/unit/test_plan.py", "tests/unit/test_routing.py",
+                            "tests/unit/test_replicator_errors.py", "tests/unit/test_secrets.py",
+                            "tests/unit/test_adoption.py",
+                            "tests/unit/test_plan_agrees_with_run.py"],
+    "replication/adoption.py": ["tests/unit/test_adoption.py",
+                                "tests/unit/test_plan_agrees_with_run.py"],
+    "replication/admission.py": ["tests/unit/test_admission.py", "tests/unit/test_plan.py",
+                                 "tests/unit/test_replicator.py",
+                                 "tests/unit/test_plan_agrees_with_run.py"],
+    "replication/status.py": ["tests/unit/test_status.py", "tests/unit/test_adoption.py"],
+    # operator/
+    "operator/memory.py": ["tests/unit/test_memory.py", "tests/unit/test_expectations.py",
+                           "tests/unit/test_replicator.py",
+                           "tests/unit/test_plan_agrees_with_run.py"],
+    "operator/replicator.py": ["tests/unit/test_replicator.py",
+                               "tests/unit/test_expectations.py",
+                               "tests/unit/test_replicator_errors.py",
+                               "tests/unit/test_events.py", "tests/unit/test_adoption.py",
+                               "tests/unit/test_plan_agrees_with_run.py",
+                               "tests/integration/test_expectations.py"],
+    "operator/policy.py": ["tests/unit/test_policy.py", "tests/integration/test_policy.py"],
+    "operator/caches.py": ["tests/unit/test_caches.py", "tests/integration/test_caches.py",
+                           "tests/integration/test_expectations.py"],
+    # cli/
+    "cli/flags.py": ["tests/unit/test_flags.py"],
 }
-GENERATED = ("workqueue.py", "controller.py", "ratelimit.py", "tokenbucket.py", "clock.py",
-             "routing.py", "plan.py", "replicator.py", "servergate.py", "outage.py", "events.py",
-             "transport.py", "kube.py", "status.py", "caches.py", "policy.py", "flags.py",
-             "memory.py", "admission.py", "adoption.py", "allocator.py")
+# Every file above but those with NAMED mutants only.
+GENERATED = tuple(file for file in TESTS if file != "client/informer.py")
 
 # One-line mutations asked for by name: (file, the line as it is, the line as mutated).
 NAMED: list[tuple[str, str, str]] = [
     # The reconciler's memory of its own writes bypassed: it reads only the cache.
-    ("replicator.py", "return self._memory.expectations.view(key, self._caches.get)",
+    ("operator/replicator.py", "return self._memory.expectations.view(key, self._caches.get)",
      "return self._caches.get(key)"),
     # Expectations that forget a write at once, or never hide the cache's stale version.
-    ("memory.py", "self._pending[obj.key] = _Expected(obj, version, exact)", "pass"),
+    ("operator/memory.py", "self._pending[obj.key] = _Expected(obj, version, exact)", "pass"),
     # The watch event of our own write: transformed and handed on as anyone's, stored as held
     # but the owner never told (its entry kept forever), or told with nothing stored.
-    ("informer.py", "if own is not None and (known := own.delivered(key, version)) is not None:",
+    ("client/informer.py",
+     "if own is not None and (known := own.delivered(key, version)) is not None:",
      "if False:"),
-    ("informer.py", "own.settled(key, known)", "pass"),
-    ("informer.py", "self.store.upsert(key, known)  # before the owner lets its entry go",
+    ("client/informer.py", "own.settled(key, known)", "pass"),
+    ("client/informer.py", "self.store.upsert(key, known)  # before the owner lets its entry go",
      "pass"),
-    ("memory.py", "elif watermark < expected.resource_version:", "elif False:"),
+    ("operator/memory.py", "elif watermark < expected.resource_version:", "elif False:"),
 ]
 
 # Survivors that are equivalent (no test can tell them apart), keyed by file, the original
@@ -189,18 +206,19 @@ _CRLF_WAIT = (
     "chunk is read, which waits for that chunk's size line anyway, and at the end of the "
     "connection both raise IncompleteRead")
 ACCEPTED: dict[tuple[str, str, str], str] = {
-    ("policy.py", "REQUEST_TIMEOUT = 5.0", "REQUEST_TIMEOUT = 10.0"):
+    ("operator/policy.py", "REQUEST_TIMEOUT = 5.0", "REQUEST_TIMEOUT = 10.0"):
         "how long one request of the publisher may take: the tests' server answers at once, "
         "so only a server that never answers could tell",
-    ("policy.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
-    ("outage.py", "if self._since is None:", "if False:"):
+    ("operator/policy.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
+    ("client/outage.py", "if self._since is None:", "if False:"):
         "answered()'s unlocked fast path, and its re-check under the lock: outside an outage "
         "the locked path returns as well; the re-check matters only to a second answer that "
         "passed the fast path while the first was ending the outage (a race no test can order "
         "without reaching into the lock)",
-    ("outage.py", "self._ended = 0", "self._ended = 1"):
+    ("client/outage.py", "self._ended = 0", "self._ended = 1"):
         "a mark is compared with the count later only for a change, never for its value",
-    ("events.py", "self._unanswered = False # the last write got no answer at all (an outage)",
+    ("client/events.py",
+     "self._unanswered = False # the last write got no answer at all (an outage)",
      "self._unanswered = True # the last write got no answer at all (an outage)"):
         "its first reader, a retry's wait, comes after a failed write, which sets it",
     ("clock.py", "left = max(until - time.monotonic(), 0.0)",
@@ -211,289 +229,300 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
      "left = min(until - time.monotonic(), 0.0)"):
         "waits 0 s at a time until the item is due: the same result for a busy loop's CPU, "
         "visible in wall-clock time only",
-    ("servergate.py", "if first:", "if False:"): _LOG_ONLY + " (the outage's first warning)",
-    ("controller.py", "self.queue.shutdown()", "pass"):
+    ("controller/servergate.py",
+     "if first:", "if False:"): _LOG_ONLY + " (the outage's first warning)",
+    ("controller/controller.py", "self.queue.shutdown()", "pass"):
         "shutdown_with_drain() already shut the queue down; this only clears its draining "
         "flag, which nothing waits on once the drain has returned",
-    ("controller.py", "if thread.is_alive():", "if False:"): _LOG_ONLY,
-    ("controller.py", "thread.join(timeout=max(drain_timeout, 1.0))",
+    ("controller/controller.py", "if thread.is_alive():", "if False:"): _LOG_ONLY,
+    ("controller/controller.py", "thread.join(timeout=max(drain_timeout, 1.0))",
      "thread.join(timeout=max(drain_timeout, 2.0))"):
         "a longer bound on joining a worker that finishes anyway",
-    ("controller.py", "thread.join(timeout=max(drain_timeout, 1.0))",
+    ("controller/controller.py", "thread.join(timeout=max(drain_timeout, 1.0))",
      "thread.join(timeout=min(drain_timeout, 1.0))"):
         "a shorter bound on joining the workers: only a reconcile that outlives the drain, "
         "and then ends between the two bounds, tells them apart, in wall-clock time",
-    ("servergate.py", "probing = False", "probing = True"):
+    ("controller/servergate.py", "probing = False", "probing = True"):
         "outside an outage a probe only calls answered(), which returns at once when there "
         "is none; in an outage the locked block below sets it",
-    ("servergate.py", "if self._outage_since is None:", "if False:"):
+    ("controller/servergate.py", "if self._outage_since is None:", "if False:"):
         "outside an outage the rest is a no-op but for an info log line",
-    ("memory.py",
+    ("operator/memory.py",
      "if key not in self._pending: # nothing of ours in flight there (an atomic lookup)",
      "if False: # nothing of ours in flight there (an atomic lookup)"):
         "a fast path: the locked path below returns the cached object too when nothing of ours "
         "is pending",
-    ("memory.py", "exact: bool = False" + _EXACT_COMMENT, "exact: bool = True" + _EXACT_COMMENT):
+    ("operator/memory.py",
+     "exact: bool = False" + _EXACT_COMMENT, "exact: bool = True" + _EXACT_COMMENT):
         "only a delete's entry takes the default (a write passes exact itself), and its obj is "
         "None, which delivered() returns as 'not ours' either way",
-    ("memory.py", "if expected is None or not expected.exact:", "if False:"):
+    ("operator/memory.py", "if expected is None or not expected.exact:", "if False:"):
         "delivered()'s unlocked fast path: the same check is made again under the lock, which "
         "returns None for the same entries",
-    ("memory.py", "if expected is None:", "if False:"):
+    ("operator/memory.py", "if expected is None:", "if False:"):
         "the re-check under the lock: only an echo or another view that took the entry between "
         "the unlocked check and the lock reaches it (a race no test can order without reaching "
         "into the lock)",
-    ("servergate.py", "if since is None:", "if False:"):
+    ("controller/servergate.py", "if since is None:", "if False:"):
         "the re-check under the lock: only a second answered() that passed the unlocked check "
         "while the first was ending the outage reaches it (a race no test can order without "
         "reaching into the lock)",
-    ("plan.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN,
-    ("replicator.py",
+    ("replication/plan.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN,
+    ("operator/replicator.py",
      "if as_written and not carried: # the common case: a few comparisons, no hashing",
      "if False: # the common case: a few comparisons, no hashing"):
         "a fast path: the general one makes the same expectation of the answer (its digest is "
         "the source's when kept as written) and, with no mark carried or needed, no patch",
-    ("admission.py",
+    ("replication/admission.py",
      _DIGEST.format(8), _DIGEST.format(9)):
         "the size of a field's digest: the source's and the replica's are made alike, so any "
         "size compares the same (8 bytes: two of one replica's few fields collide at 2^-64)",
-    ("status.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
-    ("caches.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
-    ("flags.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
-    ("adoption.py", "@dataclass(frozen=True, slots=True)",
+    ("replication/status.py",
+     "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
+    ("operator/caches.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
+    ("cli/flags.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"): _FROZEN_FIELDS,
+    ("replication/adoption.py", "@dataclass(frozen=True, slots=True)",
      "@dataclass(frozen=False, slots=True)"): _FROZEN_FIELDS,
-    ("adoption.py", "@dataclass(frozen=True, slots=True)",
+    ("replication/adoption.py", "@dataclass(frozen=True, slots=True)",
      "@dataclass(frozen=True, slots=False)"):
         "slots only saves memory (a Mirror is a rare object's); nothing reads its __dict__",
-    ("caches.py", 'return self._informers.get(key.rsplit("/", 1)[-1]) or self._informers.get("")',
+    ("operator/caches.py",
+     'return self._informers.get(key.rsplit("/", 1)[-1]) or self._informers.get("")',
      'return self._informers.get(key.rsplit("/", 2)[-1]) or self._informers.get("")'):
         "an object's key is namespace/name, and neither holds a '/': one split or two give "
         "the same name",
-    ("memory.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"):
+    ("operator/memory.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"):
         "no code assigns to an _Expected's fields; frozen only guards against a future one",
-    ("replicator.py", "if plan.invalid is not None:", "if False:"):
+    ("operator/replicator.py", "if plan.invalid is not None:", "if False:"):
         "an invalid source's plan has no action, conflict or puller, so the rest returns the "
         "same Result(); a removal pending for one of its replicas is then called off at once "
         "instead of at that target's reconcile, whose decision (a typo changes nothing) calls "
         "it off too",
-    ("replicator.py", "if source is None:", "if False:"):
+    ("operator/replicator.py", "if source is None:", "if False:"):
         "a plan names a problem (invalid, not allowed) only for a source it found: no caller "
         "passes None with a problem",
-    ("replicator.py",
+    ("operator/replicator.py",
      'done = "nothing is changed" if reason == "InvalidSpec" else "it is not replicated"',
      'done = "nothing is changed" if (reason != \'InvalidSpec\') else "it is not replicated"'):
         _LOG_ONLY,
-    ("replicator.py", 'type=str(written.get("type") or "")))',
+    ("operator/replicator.py", 'type=str(written.get("type") or "")))',
      "type=str((written.get('type') and ''))))"):
         "a released object is no replica of ours, so no decision reads its type: only a "
         "replica's is compared with its source's (plan._change)",
-    ("replicator.py", "self._memory.problems.forget(key.object_key)", "pass"):
+    ("operator/replicator.py", "self._memory.problems.forget(key.object_key)", "pass"):
         "memory only: a problem comes back only with a new version of the source (InvalidSpec) "
         "or of its namespace (SourceNotAllowed), and what is remembered holds both versions, "
         "so it is reported again either way",
-    ("plan.py", "return cls(seconds, 0.0, lambda key: None)",
+    ("replication/plan.py", "return cls(seconds, 0.0, lambda key: None)",
      "return cls(seconds, 1.0, lambda key: None)"):
         "with no cause ever seen, every removal's time left is the whole grace whatever `now` "
         "is (due_in = now + seconds - now)",
-    ("events.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"):
+    ("client/events.py", "@dataclass(frozen=True)", "@dataclass(frozen=False)"):
         "no code assigns to an ObjectRef's or a queued Event's fields; frozen only guards "
         "against a future one",
-    ("events.py", "self._dropping = False", "self._dropping = True"):
+    ("client/events.py", "self._dropping = False", "self._dropping = True"):
         "the first value is never read: the first Event put into the (empty) queue always "
         "fits and sets it to False, so only a queue of size 0 could tell",
-    ("tokenbucket.py", "return 0.0 if self._tokens >= 0 else -self._tokens / self._qps",
+    ("client/tokenbucket.py", "return 0.0 if self._tokens >= 0 else -self._tokens / self._qps",
      "return 0.0 if (self._tokens > 0) else -self._tokens / self._qps"):
         "at exactly 0 tokens it returns -0.0, which equals 0.0",
-    ("routing.py",
+    ("replication/routing.py",
      "if old is not None and old.labels == new.labels and old.terminating == new.terminating:",
      "if False:"):
         "a fast path: with labels and Terminating unchanged, the loop below wakes nothing "
         "either (each wanted-ness compares equal before and after)",
-    ("workqueue.py", "self._draining = False", "self._draining = True"):
+    ("controller/workqueue.py", "self._draining = False", "self._draining = True"):
         "done() then notifies the drain condition with no drain waiting; shutdown() and "
         "shutdown_with_drain() set the flag before anyone waits",
-    ("workqueue.py", "if not self._queue and timeout != 0.0 and not self._shutting_down:",
+    ("controller/workqueue.py",
+     "if not self._queue and timeout != 0.0 and not self._shutting_down:",
      "if (not self._queue or timeout != 0.0 or (not self._shutting_down)):"): _FAST_PATH,
-    ("workqueue.py", "if not self._queue and timeout != 0.0 and not self._shutting_down:",
+    ("controller/workqueue.py",
+     "if not self._queue and timeout != 0.0 and not self._shutting_down:",
      "if not self._queue and timeout != 1.0 and not self._shutting_down:"): _FAST_PATH,
-    ("workqueue.py", "if not self._processing and self._draining:",
+    ("controller/workqueue.py", "if not self._processing and self._draining:",
      "if (not self._processing or self._draining):"):
         "an extra notify of the drain condition; the drain re-checks its predicate",
-    ("workqueue.py", "if delay > 0:", "if (delay >= 0):"):
+    ("controller/workqueue.py", "if delay > 0:", "if (delay >= 0):"):
         "a zero delay then goes through add_after(), which adds at once and counts "
         "workqueue_retries_total; the operator's limiter never returns 0 (5 ms minimum). "
         "client-go counts every rate-limited retry, so the mutant is arguably closer to it",
-    ("workqueue.py", "if current is not None and current <= ready_at:",
+    ("controller/workqueue.py", "if current is not None and current <= ready_at:",
      "if current is not None and (current < ready_at):"):
         "an equal time pushes a second heap entry, which _promote_ready() skips",
-    ("workqueue.py", "if wait is not None and wait <= 0:",
+    ("controller/workqueue.py", "if wait is not None and wait <= 0:",
      "if wait is not None and (wait < 0):"):
         "with exactly 0 s left it waits 0 s and returns on the next pass",
-    ("workqueue.py", "self._getters -= 1", "self._getters += 1"): _NOTIFY_ONLY,
-    ("workqueue.py", "self._heap.clear()", "pass"):
+    ("controller/workqueue.py", "self._getters -= 1", "self._getters += 1"): _NOTIFY_ONLY,
+    ("controller/workqueue.py", "self._heap.clear()", "pass"):
         "after shutdown no entry is ever promoted: _waiting is cleared and adds are refused; "
         "only memory",
     # -- transport.py and kube.py (issue 24) --
-    ("transport.py", "data, self.left, self.ended = reader.exactly(self.left), 0, True",
+    ("client/transport.py", "data, self.left, self.ended = reader.exactly(self.left), 0, True",
      "data, self.left, self.ended = reader.exactly(self.left), 0, False"): _REST_ONCE,
-    ("transport.py", "data, self.left, self.ended = reader.exactly(self.left), 0, True",
+    ("client/transport.py", "data, self.left, self.ended = reader.exactly(self.left), 0, True",
      "data, self.left, self.ended = reader.exactly(self.left), 1, True"): _REST_ONCE,
-    ("kube.py", "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 1):",
+    ("client/kube.py", "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 1):",
      "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 2):"):
         "the loop raises at attempt RETRY_AFTER_ATTEMPTS, before a fourth could begin",
-    ("transport.py",
+    ("client/transport.py",
      'if lines and min(lines)[:1] <= b" " and any(line[:1] in (b" ", b"\\t") for line in lines):',
      "if lines and min(lines)[:1] <= b\" \" and any((line[:1] not in (b' ', b'\\t')) for line in "
      "lines):"):
         "the two tests before _unfolded only spare its call: on lines none of which is folded "
         "it returns them as they are, and a first line that starts with a blank is refused "
         "either way",
-    ("transport.py", "if colon not in _WANTED_LENGTHS: # most fields: not one read here "
+    ("client/transport.py", "if colon not in _WANTED_LENGTHS: # most fields: not one read here "
      "(nothing copied)", "if False: # most fields: not one read here (nothing copied)"):
         _BY_LENGTH,
-    ("transport.py", "scanned = 0 # bytes after _pos searched for the blank line (and counted)",
+    ("client/transport.py",
+     "scanned = 0 # bytes after _pos searched for the blank line (and counted)",
      "scanned = 1 # bytes after _pos searched for the blank line (and counted)"): _SCAN,
-    ("transport.py", _RESUME, "end = _BLANK_LINE.search(buf, (pos - max(scanned - 2, 0)))"): _SCAN,
-    ("transport.py", _RESUME, "end = _BLANK_LINE.search(buf, pos + max(scanned - 2, 1))"): _SCAN,
-    ("transport.py", _RESUME, "end = _BLANK_LINE.search(buf, pos + max(scanned - 3, 0))"): _SCAN,
-    ("transport.py", "if len(block) > MAX_LINE - 2 and max(map(len, lines)) > MAX_LINE - 2:",
+    ("client/transport.py",
+     _RESUME, "end = _BLANK_LINE.search(buf, (pos - max(scanned - 2, 0)))"): _SCAN,
+    ("client/transport.py",
+     _RESUME, "end = _BLANK_LINE.search(buf, pos + max(scanned - 2, 1))"): _SCAN,
+    ("client/transport.py",
+     _RESUME, "end = _BLANK_LINE.search(buf, pos + max(scanned - 3, 0))"): _SCAN,
+    ("client/transport.py", "if len(block) > MAX_LINE - 2 and max(map(len, lines)) > MAX_LINE - 2:",
      "if (len(block) >= MAX_LINE - 2) and max(map(len, lines)) > MAX_LINE - 2:"): _SHORTCUT,
-    ("transport.py", "if len(block) > MAX_LINE - 2 and max(map(len, lines)) > MAX_LINE - 2:",
+    ("client/transport.py", "if len(block) > MAX_LINE - 2 and max(map(len, lines)) > MAX_LINE - 2:",
      "if len(block) > MAX_LINE - 3 and max(map(len, lines)) > MAX_LINE - 2:"): _SHORTCUT,
-    ("transport.py", 'eol = buf.find(b"\\r\\n", pos + max(scanned - 1, 0))',
+    ("client/transport.py", 'eol = buf.find(b"\\r\\n", pos + max(scanned - 1, 0))',
      'eol = buf.find(b"\\r\\n", pos + max(scanned - 2, 0))'):
         "where chunk_size() resumes its search for the CRLF: one byte earlier than the bytes "
         "searched already finds the same first CRLF (one starting there would have been found)",
-    ("transport.py", "while self.buffered() < 2:", "while (self.buffered() <= 2):"): _CRLF_WAIT,
-    ("transport.py", "while self.buffered() < 2:", "while self.buffered() < 3:"): _CRLF_WAIT,
-    ("transport.py", "if last >= 0:", "if (last > 0):"): _SCAN,
-    ("transport.py", "if last >= 0:", "if last >= 1:"): _SCAN,
-    ("transport.py", "self._ended = True", "self._ended = False"):
+    ("client/transport.py",
+     "while self.buffered() < 2:", "while (self.buffered() <= 2):"): _CRLF_WAIT,
+    ("client/transport.py", "while self.buffered() < 2:", "while self.buffered() < 3:"): _CRLF_WAIT,
+    ("client/transport.py", "if last >= 0:", "if (last > 0):"): _SCAN,
+    ("client/transport.py", "if last >= 0:", "if last >= 1:"): _SCAN,
+    ("client/transport.py", "self._ended = True", "self._ended = False"):
         "a body framed by its length, all read: the next read finds nothing left and returns "
         "b'' whether or not it is marked ended",
-    ("transport.py", "self._pos = 0 # bytes of _buf already consumed",
+    ("client/transport.py", "self._pos = 0 # bytes of _buf already consumed",
      "self._pos = 1 # bytes of _buf already consumed"):
         _POS1,
-    ("transport.py", "if parts.password is None:", "if False:"):
+    ("client/transport.py", "if parts.password is None:", "if False:"):
         "without a password the replace below finds ':None@' nowhere and returns the URL "
         "unchanged, as the guard does",
-    ('transport.py',
+    ('client/transport.py',
      '_RECV = 65536 # bytes asked of one recv: a whole answer to a write in one call',
      '_RECV = 65537 # bytes asked of one recv: a whole answer to a write in one call'):
         _RECV,
-    ('transport.py',
+    ('client/transport.py',
      '@dataclass(frozen=True)',
      '@dataclass(frozen=False)'):
         _FROZEN_FIELDS,
-    ('transport.py',
+    ('client/transport.py',
      'return url.replace(f":{parts.password}@", ":***@", 1)',
      'return url.replace(f":{parts.password}@", ":***@", 2)'):
         _REPLACE,
-    ('transport.py',
+    ('client/transport.py',
      'conn.sock.settimeout(timeout)',
      'pass'):
         _STREAM_TIMEOUT,
-    ('transport.py',
+    ('client/transport.py',
      'if hasattr(select, "poll"): # no FD_SETSIZE limit (select() has one)',
      'if False: # no FD_SETSIZE limit (select() has one)'):
         _POLL,
-    ('transport.py',
+    ('client/transport.py',
      'return bool(poller.poll(0))',
      'return bool(poller.poll(1))'):
         _POLL1,
-    ('transport.py',
+    ('client/transport.py',
      'readable, _, _ = select.select([self.sock], [], [], 0)',
      'readable, _, _ = select.select([self.sock], [], [], 1)'):
         _POLL1,
-    ('transport.py',
+    ('client/transport.py',
      'return True',
      'return False'):
         _DROPPED_ERROR,
-    ('transport.py',
+    ('client/transport.py',
      'self.received = 0 # bytes received so far',
      'self.received = 1 # bytes received so far'):
         _RECEIVED,
-    ('transport.py',
+    ('client/transport.py',
      'self.received += count',
      'self.received -= count'):
         _RECEIVED,
-    ('transport.py',
+    ('client/transport.py',
      'self.received += len(data)',
      'self.received -= len(data)'):
         _RECEIVED,
-    ('transport.py',
+    ('client/transport.py',
      'raise http.client.BadStatusLine(repr(line[:100]))',
      'raise http.client.BadStatusLine(repr(line[:101]))'):
         _MSG,
-    ('transport.py',
+    ('client/transport.py',
      'raise http.client.HTTPException(f"not a number: {text[:40]!r}") from None',
      'raise http.client.HTTPException(f"not a number: {text[:41]!r}") from None'):
         _MSG,
-    ('transport.py',
+    ('client/transport.py',
      'if self.buffered() > MAX_LINE:',
      'if (self.buffered() >= MAX_LINE):'):
         _MAXLINE_EQ,
-    ('transport.py',
+    ('client/transport.py',
      'self._buf, self._pos = b"", 0',
      'self._buf, self._pos = b"", 1'):
         _POS1,
-    ('transport.py',
+    ('client/transport.py',
      'if buffered >= size:',
      'if (buffered > size):'):
         _BUFFERED_EQ,
-    ('transport.py',
+    ('client/transport.py',
      'count = self._sock.recv_into(view[got:], min(size - got, 1 << 20))',
      'count = self._sock.recv_into(view[got:], min(size - got, 1 << 21))'):
         _RECV_CAP,
-    ('transport.py',
+    ('client/transport.py',
      'count = self._sock.recv_into(view[got:], min(size - got, 1 << 20))',
      'count = self._sock.recv_into(view[got:], min(size - got, 2 << 20))'):
         _RECV_CAP,
-    ('transport.py',
+    ('client/transport.py',
      'size = _number(self.line().split(b";", 1)[0], 16)',
      'size = _number(self.line().split(b";", 2)[0], 16)'):
         _SPLIT,
-    ('transport.py',
+    ('client/transport.py',
      'if self._pos == len(self._buf):',
      'if False:'):
         _CONCAT,
-    ('transport.py',
+    ('client/transport.py',
      'if self._closed:',
      'if False:'):
         _CLOSE_TWICE,
-    ('transport.py',
+    ('client/transport.py',
      'self._closed = True',
      'self._closed = False'):
         _CLOSE_TWICE,
-    ('kube.py',
+    ('client/kube.py',
      '@dataclass(frozen=True)',
      '@dataclass(frozen=False)'):
         _FROZEN_FIELDS,
-    ('kube.py',
+    ('client/kube.py',
      'persist_config=False)',
      'persist_config=True)'):
         _PERSIST,
-    ('kube.py',
+    ('client/kube.py',
      'cluster = config["clusters"].get_with_name(cluster_name, safe=True)',
      'cluster = config["clusters"].get_with_name(cluster_name, safe=False)'):
         _SAFE,
-    ('kube.py',
+    ('client/kube.py',
      'user = config["users"].get_with_name(user_name, safe=True) if user_name else None',
      'user = config["users"].get_with_name(user_name, safe=False) if user_name else None'):
         _SAFE,
-    ('kube.py',
+    ('client/kube.py',
      'if selected is None:',
      'if False:'):
         _INCLUSTER,
-    ('kube.py',
+    ('client/kube.py',
      'if delay > 0:',
      'if (delay >= 0):'):
         _DELAY0,
-    ('kube.py',
+    ('client/kube.py',
      'if setting["in"] == "header" and setting["value"]:',
      "if (setting['in'] == 'header' or setting['value']):"):
         _HEADER,
-    ('kube.py',
+    ('client/kube.py',
      'for i in range(len(parts) - 1, -1, -1):',
      'for i in range(len(parts) - 1, -2, -1):'):
         _RANGE,
@@ -801,10 +830,10 @@ def main() -> int:
 
     files = list(TESTS)
     if not control_plane_available():
-        for needs_one in ("replicator.py", "caches.py", "informer.py"):
+        for needs_one in ("operator/replicator.py", "operator/caches.py", "client/informer.py"):
             files.remove(needs_one)
         print("mutate: no control plane (CONFIGMIRROR_CONTROLPLANE_ASSETS): the mutants of "
-              "replicator.py, caches.py and informer.py are left out")
+              "operator/replicator.py, operator/caches.py and client/informer.py are left out")
     mutants = [m for m in all_mutants(files) if re.search(args.only, m.name)]
     if args.list:
         for m in mutants:

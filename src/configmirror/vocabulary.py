@@ -3,8 +3,8 @@ one object is referred to.
 
 A leaf: it imports nothing of configmirror, so the domain (`spec`, `model`, `plan`,
 `routing`, `status`) can speak of kinds and objects without importing the wire (`kube`,
-`transport`), and the wire can build paths without importing the domain (DESIGN.md,
-section 3; the layers are checked by import-linter in `make lint`).
+`transport`), and the wire can build paths without importing the domain
+(docs/architecture.md; the layers are checked by import-linter in `make lint`).
 """
 
 from __future__ import annotations

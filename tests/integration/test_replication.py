@@ -1,4 +1,4 @@
-"""DESIGN.md section 2, end to end: the operator (`configmirror run`) against a real apiserver.
+"""docs/concepts.md, end to end: the operator (`configmirror run`) against a real apiserver.
 
 One test per behaviour rule, plus the cases users hit. Tests wait for conditions with a
 deadline; "nothing happens" is checked after a positive signal that the operator has looked

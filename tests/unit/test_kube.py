@@ -643,7 +643,7 @@ def open_fds() -> int:
 
 
 def test_the_limits_are_the_documented_ones() -> None:
-    """Changing one is a decision: the README, DESIGN.md and the reasons in kube.py say why
+    """Changing one is a decision: the README, docs/architecture.md and kube.py say why
     they are what they are."""
     assert (REQUEST_TIMEOUT, CONNECT_TIMEOUT) == (30.0, 10.0)
     assert (RETRY_AFTER_ATTEMPTS, RETRY_AFTER_MAX, AUTH_REFRESH) == (3, 10.0, 1.0)

@@ -1,4 +1,4 @@
-"""The pure domain: annotations -> spec, caches -> plan. One behaviour of DESIGN.md per test."""
+"""The pure domain: annotations -> spec, caches -> plan. One behaviour of the docs per test."""
 
 from __future__ import annotations
 
