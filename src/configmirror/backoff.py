@@ -12,9 +12,6 @@ import random
 
 from configmirror.clock import Clock
 
-# 2.0 ** 1024 overflows a float; every curve reaches its cap long before that step.
-_MAX_STEP = 1023
-
 
 class Backoff:
     """Delays between attempts: initial * factor**step, capped, jittered, reset by a success."""
@@ -37,13 +34,14 @@ class Backoff:
 
     def at(self, step: int) -> float:
         """The delay after `step` earlier failures, without jitter (a pure function)."""
-        if self.factor > 1 and step > _MAX_STEP:
+        try:
+            return min(self.initial * self.factor ** step, self.cap)
+        except OverflowError:  # a float power past 1e308: long past any cap
             return self.cap
-        return min(self.initial * self.factor ** step, self.cap)
 
     def next(self) -> float:
         """The wait before the next attempt, after a failure."""
-        if self._reset_after is not None and self._clock is not None:
+        if self._clock is not None and self._reset_after is not None:
             now = self._clock.now()
             if self._last_failure is not None and now - self._last_failure > self._reset_after:
                 self._step = 0

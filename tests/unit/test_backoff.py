@@ -52,6 +52,18 @@ def test_at_is_the_unjittered_delay_of_a_step_and_survives_huge_steps() -> None:
     assert curve.at(5000) == 1000.0
 
 
+def test_a_factor_of_one_keeps_the_initial_delay() -> None:
+    assert [Backoff(2.0, 30.0, factor=1.0).at(n) for n in (0, 1, 5000)] == [2.0, 2.0, 2.0]
+
+
+def test_a_clock_without_a_quiet_time_never_resets_the_curve() -> None:
+    clock = FakeClock()
+    backoff = Backoff(1.0, 30.0, clock=clock)
+    backoff.next()
+    clock.step(10_000)
+    assert backoff.next() == 2.0
+
+
 def test_a_quiet_time_resets_only_with_a_clock() -> None:
     with pytest.raises(ValueError, match="needs a clock"):
         Backoff(1.0, 2.0, reset_after=10.0)
@@ -71,7 +83,7 @@ def test_reflector_backoff_resets_after_two_quiet_minutes_but_not_before() -> No
     backoff = reflector_backoff(clock, rng=FixedRandom(0.0))
     for _ in range(5):
         backoff.next()
-    clock.step(119)
-    assert backoff.next() == pytest.approx(25.6), "two minutes have not passed"
-    clock.step(121)
+    clock.step(120)
+    assert backoff.next() == pytest.approx(25.6), "exactly two minutes is not past them"
+    clock.step(120.5)
     assert backoff.next() == pytest.approx(0.8)
