@@ -90,7 +90,8 @@ def test_sigterm_mid_convergence_finishes_in_flight_writes_starts_no_more_and_ex
     # (25 s; they need 15) or run out of it: both are caught here, however slow the machine.
     assert 0 < len(present) < len(targets), "the SIGTERM must land mid-way"
     log = operator.log()
-    assert "draining in-flight work" in log and "drain timed out" not in log
+    assert "draining in-flight work" in log and "did not finish within" not in log
+    assert "did not stop within" not in log and "stopped in" in log
     assert writes_by_operator(cluster, namespaces=targets) == len(present), \
         "every write it began, it finished"
     operators()  # the next operator (or leader) finishes the job

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from configmirror.cli.main import _given as given_in
-from configmirror.cli.main import _parser
+from configmirror.cli.main import parser
+from configmirror.cli.settings import given as given_in
 from configmirror.client.kube import ApiError
 from configmirror.clock import FakeClock
 from configmirror.operator.policy import (
@@ -147,7 +147,7 @@ def test_a_policy_variable_in_the_environment_is_given(monkeypatch: pytest.Monke
 # -- the publisher's error paths (the API server's side is tests/e2e/test_policy.py) -----------
 
 def _given(argv: list[str]) -> dict[str, str]:
-    return given_in(_parser().parse_args(argv))
+    return given_in(parser().parse_args(argv))
 
 
 POLICY_PATH = "/api/v1/namespaces/configmirror/configmaps/configmirror-policy"
@@ -189,6 +189,19 @@ def test_a_refused_write_is_raised_not_created() -> None:
     with pytest.raises(ApiError):
         Publisher(kube, DEPLOYED, "configmirror", "me").publish()
     assert len(kube.written()) == 1 and not kube.objects
+
+
+def test_the_withdrawal_gets_only_what_is_left_of_the_stop_and_none_when_nothing_is() -> None:
+    kube = FakeKube()
+    publisher = Publisher(kube, DEPLOYED, "configmirror", "me")
+    publisher.publish()
+    assert publisher.stop(2)
+    delete = kube.written()[-1]
+    assert delete.verb == "delete" and 0 < delete.options["timeout"] <= 2
+    late = Publisher(kube, DEPLOYED, "configmirror", "late")
+    late.publish()
+    assert late.stop(0), "no thread to end"
+    assert kube.written()[-1].verb != "delete", "a shutdown out of time leaves it to the next"
 
 
 def test_a_publisher_that_never_published_withdraws_nothing() -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import sys
 import threading
 
 from configmirror.allocator import fix_mmap_threshold
@@ -12,6 +14,7 @@ from configmirror.cli.arguments import add_cluster_flags, add_command, add_flag
 from configmirror.cli.connect import connect
 from configmirror.cli.flags import Parser, UsageError, duration
 from configmirror.cli.settings import settings_of
+from configmirror.lifecycle import lingering
 from configmirror.operator.settings import Settings
 from configmirror.replication.spec import InvalidSpec
 
@@ -74,4 +77,12 @@ def command(args: argparse.Namespace) -> int:
     except InvalidSpec as err:  # a kind --kinds names that discovery does not resolve
         kube.close()
         raise UsageError(str(err)) from None
-    return manager.run(stop)
+    code = manager.run(stop)
+    if lingering():
+        # A thread past the shutdown's deadline (the manager named it) would hold the
+        # interpreter's exit as long as it likes: exit without it.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

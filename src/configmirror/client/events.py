@@ -25,6 +25,7 @@ from configmirror.backoff import Backoff
 from configmirror.client.kube import ApiError, Failure, Kube
 from configmirror.client.outage import Outage, no_answer, served
 from configmirror.clock import Clock, RealClock
+from configmirror.lifecycle import OwnedThread
 from configmirror.vocabulary import EVENTS, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ class EventRecorder:
         self._dropping = False
         self._failing = False
         self._unanswered = False  # the last write got no answer at all (an outage)
-        self._thread: threading.Thread | None = None
+        self._thread: OwnedThread | None = None
 
     # -- what callers use (never blocks on the API) ----------------------------------------
 
@@ -163,27 +164,27 @@ class EventRecorder:
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="event-recorder")
+        """Start the writer thread."""
+        self._thread = OwnedThread("event-recorder", self._run)
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Write what is queued (tallies too) for up to `timeout` seconds, then stop."""
+    def stop(self, timeout: float = 5.0) -> bool:
+        """Write what is queued (tallies too) for up to `timeout` seconds, then stop; True
+        once the writer has ended within it."""
         with self._cond:
             self._stopping = True  # the writer flushes every tally and ends once it is empty
             self._cond.notify()
         if self._outage is not None:
             self._outage.interrupt()  # a retry waiting for the server ends now
-        if self._thread is None:
-            return
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            # The server is too slow: drop the rest; the writer ends after the write it is
-            # in (which has its own timeout).
-            with self._cond:
-                lost = len(self._queue)
-                self._queue.clear()
-            log.warning("stopped with %d Events unwritten", lost)
-            self._thread.join(timeout)
+        if self._thread is None or self._thread.join(timeout):
+            return True
+        # The server is too slow: drop the rest; the writer ends after the write it is in
+        # (which has its own timeout), which the process need not wait for.
+        with self._cond:
+            lost = len(self._queue)
+            self._queue.clear()
+        log.warning("stopped with %d Events unwritten", lost)
+        return False
 
     # -- the writer thread --------------------------------------------------------------------
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
@@ -29,6 +28,7 @@ from configmirror.client.kube import ApiError, Kube, WatchSilent, WatchStream
 from configmirror.client.outage import Outage, no_answer
 from configmirror.client.store import Store
 from configmirror.clock import Clock, RealClock
+from configmirror.lifecycle import OwnedThread, join
 from configmirror.metrics import Metrics
 
 T = TypeVar("T")
@@ -87,7 +87,7 @@ VERY_SHORT_WATCH = "VeryShortWatch"  # the reason of a watch that ended at once,
 
 
 class WatchLiveness:
-    """When a silent watch is checked, and when it is dead. Times are time.monotonic().
+    """When a silent watch is checked, and when it is dead. Times are the informer's clock's.
 
     Silence alone proves nothing before a watch's first bookmark (see BOOKMARK_PERIOD), so
     a watch silent for SILENCE_CHECK seconds is checked by a probe: a short watch from the
@@ -143,6 +143,29 @@ class _Gone(Exception):
     """The resourceVersion we watch from has been compacted away: relist."""
 
 
+class _Stop(threading.Event):
+    """The informer's stop flag. Setting it also ends a `pause`: a backoff waits on the
+    clock, so that a FakeClock drives it, and must still end at once on stop."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self._clock = clock
+        self._woken = threading.Condition()
+
+    def set(self) -> None:
+        super().set()
+        with self._woken:
+            self._woken.notify_all()
+
+    def pause(self, seconds: float) -> bool:
+        """Wait `seconds` of the clock, or until set; whether it is set."""
+        with self._woken:
+            until = self._clock.now() + seconds
+            while not self.is_set() and self._clock.now() < until:
+                self._clock.wait(self._woken, until, None)
+        return self.is_set()
+
+
 class Informer(Generic[T]):
     """Keeps `store` equal to the cluster's objects at `path` and reports every change."""
 
@@ -152,10 +175,16 @@ class Informer(Generic[T]):
                  page_size: int = 500, min_watch_timeout: int = MIN_WATCH_TIMEOUT,
                  resync_period: float = 0.0,
                  on_recovered: Callable[[], None] | None = None,
-                 query: dict[str, str] | None = None, outage: Outage | None = None) -> None:
+                 query: dict[str, str] | None = None, outage: Outage | None = None,
+                 rng: random.Random | None = None) -> None:
         """`outage`: the operator's one view of whether the API server answers: a failure
         with no answer is told to it, every list and watch that gets through too, and a
-        backoff begun in an outage ends with it."""
+        backoff begun in an outage ends with it. `rng` draws the backoff's jitter and each
+        watch's timeout (a test seeds it to know them).
+
+        Every time it keeps, and every wait of its own threads, is `clock`'s (a socket read
+        waits real seconds, until a time of the clock): a FakeClock drives its backoff, resync
+        and watch liveness."""
         self.name = name
         self._outage_view = outage
         self.store = store
@@ -170,38 +199,42 @@ class Informer(Generic[T]):
         self._resync_period = resync_period
         self._query = dict(query or {})  # e.g. a fieldSelector, on every list and watch
         self._on_recovered = on_recovered
-        self._stopped = threading.Event()
+        self._stopped = _Stop(self._clock)
         self._synced = threading.Event()
         self._lock = threading.Lock()
         self._stream: WatchStream | None = None
         self._probe: WatchStream | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: OwnedThread | None = None
         # Changes waiting for the dispatcher, in the order the reader saw them.
         self._changes: deque[tuple[T | None, T | None] | None] = deque()  # None: synced
         self._changed = threading.Condition()
-        self._dispatcher: threading.Thread | None = None
+        self._dispatcher: OwnedThread | None = None
         self._outage: str | None = None  # the error being retried, logged once
         self._failures = 0
-        self._backoff = reflector_backoff(self._clock)  # the reader's, between failed attempts
+        self._rng = rng or random.Random()
+        # The reader's, between failed attempts.
+        self._backoff = reflector_backoff(self._clock, self._rng)
         self._own_writes: OwnWrites[T] | None = None
         self.resource_version = ""
-        self.last_event_at = time.time()
+        # On the clock, not the wall: the gauge is an age, and stays one when the wall
+        # clock is set.
+        self.last_event_at = self._clock.now()
         if metrics is not None:
             metrics.informer_last_event_age.labels(name).set_function(
-                lambda: time.time() - self.last_event_at)
+                lambda: self._clock.now() - self.last_event_at)
 
     # -- lifecycle (owned by the manager) ---------------------------------------------------
 
     def start(self) -> None:
         """Start the list/watch thread and the dispatcher."""
-        self._dispatcher = threading.Thread(target=self._dispatch,
-                                            name=f"informer-{self.name}-dispatch")
+        self._dispatcher = OwnedThread(f"informer-{self.name}-dispatch", self._dispatch)
         self._dispatcher.start()
-        self._thread = threading.Thread(target=self._run, name=f"informer-{self.name}")
+        self._thread = OwnedThread(f"informer-{self.name}", self._run)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop watching, unblock a pending read, and join both threads."""
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop watching, unblock a pending read, and join both threads within `timeout`
+        seconds; True once both have ended (a list in flight ends only with its request)."""
         self._stopped.set()
         if self._outage_view is not None:
             self._outage_view.interrupt()  # a backoff waiting for the server ends now
@@ -212,12 +245,7 @@ class Informer(Generic[T]):
                 stream.close()
         with self._changed:
             self._changed.notify()
-        for thread in (self._thread, self._dispatcher):
-            if thread is not None:
-                thread.join(timeout)
-                if thread.is_alive():
-                    log.error("informer %s: %s did not stop within %.0f s", self.name,
-                              thread.name, timeout)
+        return join((self._thread, self._dispatcher), timeout)
 
     def recognise(self, own_writes: OwnWrites[T]) -> None:
         """Before `start`: the owner's own writes, whose watch events need no transform and
@@ -289,7 +317,7 @@ class Informer(Generic[T]):
             except Exception:  # a bug: log it whole, keep the informer alive
                 log.exception("informer %s: unexpected error; relisting", self.name)
                 need_list = True
-                self._stopped.wait(backoff.next())
+                self._stopped.pause(backoff.next())
 
     def _list(self, notify: bool = True) -> None:
         items: dict[str, T] = {}
@@ -329,7 +357,7 @@ class Informer(Generic[T]):
                   len(items), self.resource_version, len(changed), len(deleted))
 
     def _watch(self) -> None:
-        timeout = random.randint(self._min_watch_timeout, 2 * self._min_watch_timeout - 1)
+        timeout = self._rng.randint(self._min_watch_timeout, 2 * self._min_watch_timeout - 1)
         stream = self._kube.watch(self._path, {
             **self._query, "resourceVersion": self.resource_version, "allowWatchBookmarks": "true",
             "timeoutSeconds": timeout}, read_timeout=timeout + READ_TIMEOUT_MARGIN)
@@ -340,12 +368,13 @@ class Informer(Generic[T]):
             self._stream = stream
         self._recovered()
         started, events = self._clock.now(), 0
-        opened = time.monotonic()
-        liveness = WatchLiveness(opened, opened + timeout + READ_TIMEOUT_MARGIN)
+        liveness = WatchLiveness(started, started + timeout + READ_TIMEOUT_MARGIN)
         try:
             while True:
                 try:
-                    event = stream.next_event(max(liveness.next_check() - time.monotonic(),
+                    # The read waits real seconds, until the clock's next check is due;
+                    # whatever ends it, the clock decides whether the watch is dead (_dead).
+                    event = stream.next_event(max(liveness.next_check() - self._clock.now(),
                                                   0.01))
                 except WatchSilent:
                     if self._stopped.is_set():
@@ -357,7 +386,7 @@ class Informer(Generic[T]):
                 if event is None:
                     break
                 events += 1
-                liveness.saw(time.monotonic(), event.get("type") == "BOOKMARK")
+                liveness.saw(self._clock.now(), event.get("type") == "BOOKMARK")
                 self._apply(event)
         finally:
             with self._lock:
@@ -370,18 +399,23 @@ class Informer(Generic[T]):
 
     def _dead(self, stream: WatchStream, liveness: WatchLiveness) -> bool:
         """A silent watch: whether it is dead (then said once in the log). May probe."""
-        now = time.monotonic()
+        now = self._clock.now()
         reason = liveness.dead(now)
         if reason is None and liveness.probe_due(now):
             liveness.probed(now)
             if self._probe_finds_events():
-                try:  # the server has news: a live watch delivers it too, at once
-                    event = stream.next_event(PROBE_GRACE)
-                except WatchSilent:
-                    reason = "although the server has events it did not deliver"
-                else:
+                # The server has news: a live watch delivers it too, within PROBE_GRACE.
+                grace = self._clock.now() + PROBE_GRACE
+                while True:
+                    try:
+                        event = stream.next_event(max(grace - self._clock.now(), 0.01))
+                    except WatchSilent:
+                        if self._clock.now() < grace and not self._stopped.is_set():
+                            continue  # a read ended early: only the clock ends the grace
+                        reason = "although the server has events it did not deliver"
+                        break
                     if event is not None:
-                        liveness.saw(time.monotonic(), event.get("type") == "BOOKMARK")
+                        liveness.saw(self._clock.now(), event.get("type") == "BOOKMARK")
                         self._apply(event)
                         return False
                     return True  # it ended just now: a normal end, the caller re-watches
@@ -389,7 +423,7 @@ class Informer(Generic[T]):
             return False
         log.warning("informer %s: the watch connection %s carried nothing for %.0f s %s; "
                     "closing it and watching again from resourceVersion %s", self.name,
-                    stream.connection, time.monotonic() - liveness.last_event, reason,
+                    stream.connection, self._clock.now() - liveness.last_event, reason,
                     self.resource_version)
         if self._metrics is not None:
             self._metrics.informer_silent_watches.labels(self.name).inc()
@@ -437,7 +471,7 @@ class Informer(Generic[T]):
         version = str((raw.get("metadata") or {}).get("resourceVersion", ""))
         if self._metrics is not None:
             self._metrics.child(self._metrics.informer_events, self.name, str(kind)).inc()
-        self.last_event_at = time.time()
+        self.last_event_at = self._clock.now()
         if kind == "BOOKMARK":
             self.resource_version = version
             return
@@ -474,8 +508,8 @@ class Informer(Generic[T]):
                 while not self._changes and not self._stopped.is_set():
                     if period > 0 and self._clock.now() >= next_resync:
                         break
-                    wait = max(next_resync - self._clock.now(), 0.0) if period > 0 else None
-                    self._changed.wait(wait if wait is None else min(wait, 1.0))
+                    # On the clock: a FakeClock's step is what brings the resync due.
+                    self._clock.wait(self._changed, next_resync if period > 0 else None, None)
                 if self._stopped.is_set():
                     return
                 batch = list(self._changes)
@@ -509,7 +543,7 @@ class Informer(Generic[T]):
         # A watch the server ended at once answered: an outage's end says nothing about it.
         answered = not no_answer(err) or getattr(err, "reason", "") == VERY_SHORT_WATCH
         if outage is None or answered:
-            self._stopped.wait(delay)  # the server answered (429, 5xx): its pace, not ours
+            self._stopped.pause(delay)  # the server answered (429, 5xx): its pace, not ours
         elif outage.wait(outage.failed(), delay, self._stopped.is_set):
             # The server answers again (whoever saw it first): watch now, and let the next
             # failure back off from the start.

@@ -26,6 +26,7 @@ from typing import Any
 from configmirror.client.kube import ApiError, Kube
 from configmirror.client.outage import Outage, no_answer, served
 from configmirror.clock import Clock, RealClock
+from configmirror.lifecycle import Deadline, OwnedThread
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 5.0       # one lease request
@@ -65,8 +66,10 @@ class LeaderElector:
         self._outage = outage
         self._unanswered = False  # the last attempt got no answer at all
         self._stopped = threading.Event()
+        # Set by stop() before _stopped: the release must be done by it.
+        self._stop_by: Deadline | None = None
         self._leading = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: OwnedThread | None = None
         # The last lease record seen, and when (our clock) it last changed.
         self._observed: tuple[str, str] | None = None  # (holder, renewTime)
         self._observed_at = 0.0
@@ -76,16 +79,19 @@ class LeaderElector:
         self._last_error: str | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="leader-election")
+        """Start trying to acquire the lease, and renewing it once held, on its own thread."""
+        self._thread = OwnedThread("leader-election", self._run)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop trying; if leading, release the lease so a standby takes over at once."""
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop trying; if leading, release the lease so a standby takes over at once. All
+        within `timeout` seconds (the release's requests get only what is left); True once
+        the thread has ended."""
+        self._stop_by = Deadline(timeout)
         self._stopped.set()
         if self._outage is not None:
             self._outage.interrupt()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        return self._thread is None or self._thread.join(timeout)
 
     def is_leader(self) -> bool:
         return self._leading.is_set()
@@ -198,9 +204,11 @@ class LeaderElector:
         return True
 
     def _release(self) -> None:
-        """Hand the lease back: empty holder, 1 s duration (what client-go's release writes)."""
+        """Hand the lease back: empty holder, 1 s duration (what client-go's release writes),
+        within what is left of stop()'s timeout."""
         try:
-            lease = self._kube.request("get", f"{self._path}/{self._name}", timeout=REQUEST_TIMEOUT)
+            lease = self._kube.request("get", f"{self._path}/{self._name}",
+                                       timeout=self._release_timeout())
             spec = lease.get("spec") or {}
             if spec.get("holderIdentity") != self.identity:
                 return
@@ -208,11 +216,19 @@ class LeaderElector:
             lease["spec"] = {**spec, "holderIdentity": None, "leaseDurationSeconds": 1,
                              "renewTime": now, "acquireTime": now}
             self._kube.request("update", f"{self._path}/{self._name}", body=lease,
-                               timeout=REQUEST_TIMEOUT)
+                               timeout=self._release_timeout())
             log.info("released the lease %s/%s", self._namespace, self._name)
-        except ApiError as err:
+        except (ApiError, TimeoutError) as err:
             log.warning("could not release the lease %s/%s: %s", self._namespace, self._name,
                         err)
+
+    def _release_timeout(self) -> float:
+        """A release request's timeout: REQUEST_TIMEOUT, or less, what is left of stop()'s;
+        TimeoutError once too little is left for a request."""
+        left = REQUEST_TIMEOUT if self._stop_by is None else self._stop_by.left()
+        if left < MIN_REQUEST_TIMEOUT:
+            raise TimeoutError("no time left to release it before the shutdown's deadline")
+        return min(REQUEST_TIMEOUT, left)
 
     def _failed(self, err: ApiError) -> bool:
         self._unanswered = no_answer(err)

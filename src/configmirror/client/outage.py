@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from configmirror.client.kube import ApiError, Kube
 from configmirror.clock import Clock, RealClock
+from configmirror.lifecycle import OwnedThread
 
 log = logging.getLogger(__name__)
 PROBE_INTERVAL = 0.5  # seconds between two probes of an outage (jittered by up to a tenth)
@@ -76,7 +77,7 @@ class Outage:
         self._since: float | None = None
         self._listeners: list[Callable[[], None]] = []
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._thread: OwnedThread | None = None
 
     # -- what every part that talks to the API server uses ---------------------------------
 
@@ -129,22 +130,22 @@ class Outage:
         """Whether an outage is going on now."""
         return self._since is not None
 
-    # -- the probe's thread (owned by the manager) ----------------------------------------------
+    # -- the probe's thread (a component of the manager) ---------------------------------------
 
     def start(self) -> None:
+        """Start the probe's thread (which sleeps until an outage begins)."""
         if self._probe is None:
             raise RuntimeError("an outage without a probe has no thread to start")
-        self._thread = threading.Thread(target=self._run, name="outage-probe")
+        self._thread = OwnedThread("outage-probe", self._run)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop the probe; True once its thread has ended, within `timeout` seconds (a probe
+        in flight ends within its own PROBE_TIMEOUT)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.error("the outage probe did not stop within %.0f s", timeout)
+        return self._thread is None or self._thread.join(timeout)
 
     def _run(self) -> None:
         assert self._probe is not None

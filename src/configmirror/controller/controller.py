@@ -19,6 +19,7 @@ around the reconciler, holds such keys back, so they never reach these cases as 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -28,6 +29,7 @@ from typing import Generic, TypeVar
 from configmirror.client.events import EventRecorder
 from configmirror.controller.reconcile import ReconcileError, Result, RetryableError, TerminalError
 from configmirror.controller.workqueue import WorkQueue
+from configmirror.lifecycle import Deadline, OwnedThread, join
 from configmirror.metrics import Count, Metrics, Observer
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ class Controller(Generic[K]):
         self._workers = workers
         self._metrics = metrics or Metrics()
         self._recorder = recorder
-        self._threads: list[threading.Thread] = []
+        self._threads: list[OwnedThread] = []
         self._started = False
         self._stopping = threading.Event()
         self._metrics.max_concurrent_reconciles.labels(name).set(workers)
@@ -75,27 +77,24 @@ class Controller(Generic[K]):
             raise RuntimeError(f"controller {self.name} was already started")
         self._started = True
         for i in range(self._workers):
-            thread = threading.Thread(target=self._work, args=(str(i),),
-                                      name=f"{self.name}-worker-{i}")
+            thread = OwnedThread(f"{self.name}-worker-{i}", functools.partial(self._work, str(i)))
             thread.start()
             self._threads.append(thread)
 
     def stop(self, drain_timeout: float) -> bool:
-        """Take no new keys, let in-flight reconciles finish (up to `drain_timeout`), join.
+        """Take no new keys, let in-flight reconciles finish and join the workers, all
+        within `drain_timeout` seconds.
 
-        Returns True when every in-flight reconcile finished in time.
+        Returns True when every worker ended in time (so every in-flight reconcile finished).
+        A worker still in a reconcile then ends once that reconcile does.
         """
+        deadline = Deadline(drain_timeout)
         self._stopping.set()
-        drained = self.queue.shutdown_with_drain(drain_timeout)
-        if not drained:
+        if not self.queue.shutdown_with_drain(drain_timeout):
             log.warning("controller %s: in-flight work did not finish within %.0f s",
                         self.name, drain_timeout)
             self.queue.shutdown()
-        for thread in self._threads:
-            thread.join(timeout=max(drain_timeout, 1.0))
-            if thread.is_alive():
-                log.error("controller %s: %s did not stop", self.name, thread.name)
-        return drained
+        return join(self._threads, deadline.left())
 
     def alive_workers(self) -> int:
         return sum(t.is_alive() for t in self._threads)

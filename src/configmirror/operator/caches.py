@@ -19,6 +19,7 @@ from configmirror.client.kube import NAMESPACES, ApiError, Kube
 from configmirror.client.outage import Outage
 from configmirror.client.store import Store, StoresByName
 from configmirror.clock import Clock
+from configmirror.lifecycle import Deadline
 from configmirror.metrics import Metrics
 from configmirror.operator.settings import Settings
 from configmirror.replication.model import (
@@ -209,14 +210,19 @@ class ClusterInformers:
         return [self.namespace_informer, *(i for k in self.kinds.values() for i in k.informers)]
 
     def start(self) -> None:
+        """Start every informer (each lists, then watches, on threads of its own)."""
         for informer in self.informers:
             informer.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop every informer, all within `timeout` seconds; True once all have ended."""
+        deadline = Deadline(timeout)
         for informer in self.informers:
-            informer.stop()
+            informer.stop(0)  # all told first: one slow to end holds up none of the others
+        return all([informer.stop(deadline.left()) for informer in self.informers])
 
     def has_synced(self) -> bool:
+        """Whether every informer has listed and told its handler of everything listed."""
         return all(informer.has_synced() for informer in self.informers)
 
     def list_once(self) -> None:

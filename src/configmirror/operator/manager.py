@@ -1,12 +1,14 @@
 """Wires the operator together and runs it until a signal: informers -> queue -> controller.
 
-Start-up: HTTP probes and metrics, then the ConfigMap and Namespace informers (standbys keep
-them warm too), then, once the caches have synced and this process leads, the Event recorder
-and the workers. Watch events become keys through `routing`; the object informer resyncs
-its cache on its own thread.
-Shutdown (SIGTERM/SIGINT): stop taking keys, let in-flight reconciles finish within the drain
-timeout, release the lease, stop the informers, write the Events still queued, stop the HTTP
-servers, exit 0.
+Start-up, one component at a time (`lifecycle.Components`): HTTP probes and metrics, the
+outage probe, the Event recorder (idle until a worker records one), the informers (standbys
+keep them warm too), then, once the caches have synced, the leader elector, and once this
+process leads, the policy publisher and the workers. Watch events become keys through
+`routing`; the object informer resyncs its cache on its own thread.
+Shutdown (SIGTERM/SIGINT): the components in reverse, within one deadline: stop taking keys
+and let in-flight reconciles finish within the drain timeout, withdraw the policy, release the
+lease, stop the informers, write the Events still queued, stop the HTTP servers, exit 0. What
+has not stopped by the deadline is named in the log and left behind.
 """
 
 from __future__ import annotations
@@ -17,9 +19,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from configmirror.client.events import EventRecorder
 from configmirror.client.kube import Kube
@@ -31,10 +30,12 @@ from configmirror.controller.ratelimit import default_controller_rate_limiter
 from configmirror.controller.reconcile import Result
 from configmirror.controller.servergate import ServerGate
 from configmirror.controller.workqueue import WorkQueue
+from configmirror.lifecycle import Components
 from configmirror.metrics import Metrics
 from configmirror.operator.caches import ClusterInformers, discovery, replicated_kinds
 from configmirror.operator.memory import Memory
 from configmirror.operator.policy import Publisher, home
+from configmirror.operator.probes import Probes
 from configmirror.operator.replicator import Replicator
 from configmirror.operator.settings import Settings
 from configmirror.replication.model import CachedObject, Key, Namespace
@@ -44,6 +45,11 @@ from configmirror.vocabulary import CONFIGMAP, Kind
 
 log = logging.getLogger(__name__)
 SYNC_TIMEOUT = 120.0
+# What a shutdown may take beyond --drain-timeout: withdrawing the policy and releasing the
+# lease (a few requests of at most 5 s each), stopping the watches, writing the Events still
+# queued. 25 s + 10 s stays under the pods' terminationGracePeriodSeconds (40 s), with time
+# for the interpreter to exit.
+STOP_MARGIN = 10.0
 
 
 class Manager:
@@ -114,7 +120,10 @@ class Manager:
         self.publisher: Publisher | None = None
         if (published_in := home(settings)) is not None and not settings.dry_run:
             self.publisher = Publisher(kube, settings, published_in, identity, self._clock)
-        self._servers: list[_HTTPServer] = []
+        self.probes = Probes(settings.health_probe_bind_address, settings.metrics_bind_address,
+                             self.healthy, self.ready, self.metrics.registry)
+        # Every component started so far, in order: stopped in reverse, within one deadline.
+        self.components = Components(self._clock)
         self._lost = threading.Event()
         self._workers_started = False
         # Set just before the first worker starts. Until then every source's key waits in the
@@ -175,14 +184,18 @@ class Manager:
     # -- run --------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> int:
-        """Run until `stop` is set (or leadership is lost). Returns the exit code."""
+        """Run until `stop` is set (or leadership is lost), then stop within the shutdown
+        deadline (`shutdown_timeout`). Returns the exit code."""
         try:
-            self._start_http()
-            self.outage.start()
-            for informer in self.informers:
-                informer.start()
-            if not self._wait(lambda: all(i.has_synced() for i in self.informers), stop,
-                              SYNC_TIMEOUT):
+            # Stopped in reverse, so the order says what a shutdown does first: the recorder
+            # writes its last Events only after the lease is released (a standby need not
+            # wait for them), and the policy is withdrawn before the lease is (the next
+            # leader publishes its own).
+            self.components.start("probes", self.probes)
+            self.components.start("outage probe", self.outage)
+            self.components.start("event recorder", self.recorder)
+            self.components.start("informers", self.cache)
+            if not self._wait(self.cache.has_synced, stop, SYNC_TIMEOUT):
                 if not stop.is_set():
                     log.error("caches did not sync within %.0f s", SYNC_TIMEOUT)
                     return 1
@@ -191,7 +204,7 @@ class Manager:
                 f"{len(c.caches.objects)} {kind.plural}" for kind, c in self.cache.kinds.items()),
                 len(self.cache.namespaces))
             if self.elector is not None:
-                self.elector.start()
+                self.components.start("leader election", self.elector)
                 log.info("waiting to become leader (lease %s/%s)",
                          self.settings.leader_election_namespace,
                          self.settings.leader_election_id)
@@ -200,10 +213,10 @@ class Manager:
             else:
                 self.metrics.leader.set(1)  # no election: this process is the one that writes
             if self.publisher is not None:
-                self.publisher.start()
-            self.recorder.start()
+                self.components.start("policy publisher", self.publisher)
             self._planning.set()  # from here on, an added replica wakes its own key
-            self.controller.start()
+            # The drain gets --drain-timeout, and leaves STOP_MARGIN to the rest.
+            self.components.start("workers", self.controller, leave=STOP_MARGIN)
             self._workers_started = True
             log.info("started %d workers%s", self.settings.workers,
                      " (dry run: no writes)" if self.settings.dry_run else "")
@@ -212,23 +225,19 @@ class Manager:
         finally:
             self._shutdown()
 
+    @property
+    def shutdown_timeout(self) -> float:
+        """The most a shutdown takes: the drain, and STOP_MARGIN for everything else."""
+        return self.settings.drain_timeout + STOP_MARGIN
+
     def _shutdown(self) -> None:
-        if self._workers_started:
-            drained = self.controller.stop(self.settings.drain_timeout)
-            log.info("workers stopped%s", "" if drained else " (drain timed out)")
-        else:
-            self.queue.shutdown()
-        if self.publisher is not None:
-            self.publisher.stop()  # before the lease: the next leader publishes its own
-        if self.elector is not None:
-            self.elector.stop()  # releases the lease: a standby takes over now
-        for informer in self.informers:
-            informer.stop()
-        self.recorder.stop()
-        self.outage.stop()
-        for server in self._servers:
-            server.stop()
+        started = time.monotonic()
+        if not self._workers_started:
+            self.queue.shutdown()  # no worker to drain it
+        late = self.components.stop(self.shutdown_timeout)
         self.kube.close()
+        if not late:
+            log.info("stopped in %.1f s", time.monotonic() - started)
 
     def _lost_leadership(self) -> None:
         self.metrics.leader.set(0)
@@ -253,66 +262,4 @@ class Manager:
 
     def ready(self) -> bool:
         """Ready: caches synced (a standby is ready too: it can take over at once)."""
-        return all(i.has_synced() for i in self.informers)
-
-    def _start_http(self) -> None:
-        routes: dict[str, dict[str, Callable[[], tuple[int, str, bytes]]]] = {}
-        for address, paths in (
-            (self.settings.health_probe_bind_address, {
-                "/healthz": lambda: _probe(self.healthy()),
-                "/readyz": lambda: _probe(self.ready())}),
-            (self.settings.metrics_bind_address, {
-                "/metrics": lambda: (200, CONTENT_TYPE_LATEST,
-                                     generate_latest(self.metrics.registry))}),
-        ):
-            if address not in ("", "0"):
-                routes.setdefault(address, {}).update(paths)
-        for address, paths in routes.items():
-            server = _HTTPServer(address, paths)
-            server.start()
-            self._servers.append(server)
-            log.info("serving %s on %s", ", ".join(sorted(paths)), server.address)
-
-
-def _probe(ok: bool) -> tuple[int, str, bytes]:
-    return (200, "text/plain", b"ok") if ok else (500, "text/plain", b"not ok")
-
-
-class _HTTPServer:
-    """A small threaded HTTP server for probes and metrics, on a thread its owner joins."""
-
-    def __init__(self, address: str, routes: dict[str, Callable[[], tuple[int, str, bytes]]]):
-        host, _, port = address.rpartition(":")
-        handler = _handler(routes)
-        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), handler)
-        self._server.daemon_threads = True  # per-request threads; serve_forever is joined
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.2}, name=f"http-{port}")
-        bound_host, bound_port = self._server.server_address[:2]
-        self.address = f"{bound_host!s}:{bound_port}"
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
-def _handler(routes: dict[str, Callable[[], tuple[int, str, bytes]]]) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            route = routes.get(self.path.split("?", 1)[0])
-            status, content_type, body = route() if route else (404, "text/plain",
-                                                                b"not found")
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # probes every few seconds would drown the log
-
-    return Handler
+        return self.cache.has_synced()

@@ -5,7 +5,7 @@ and their selector, the excluded namespaces, the Secret names and their source n
 the kinds, the drop lists, the delete grace) are flags of `run`. The commands take the same
 flags, but a user who runs them against a chart install would otherwise judge with a
 laptop's defaults
-(DESIGN.md, Behaviour 12). So the operator that writes publishes them, and the commands use
+and say other than `run` does. So the operator that writes publishes them, and the commands use
 them unless a flag given on their own command line (or in their environment) overrides one,
 which they say in a warning.
 
@@ -35,6 +35,7 @@ from configmirror import __version__
 from configmirror.backoff import Backoff
 from configmirror.client.kube import ApiError, Kube
 from configmirror.clock import Clock, RealClock
+from configmirror.lifecycle import Deadline, OwnedThread
 from configmirror.operator.settings import Settings, format_duration, parse_duration
 from configmirror.replication.spec import PREFIX
 from configmirror.vocabulary import CONFIGMAPS
@@ -51,6 +52,7 @@ PUBLISHED_BY = PREFIX + "published-by"
 PUBLISHED_AT = PREFIX + "published-at"
 POD_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 REQUEST_TIMEOUT = 5.0
+MIN_REQUEST_TIMEOUT = 0.5  # less left of a stop's timeout than this: no withdrawal
 REFRESH = 60.0               # seconds between the leader's re-assertions of its policy
 RETRY_MIN, RETRY_MAX = 1.0, 30.0
 
@@ -118,30 +120,34 @@ class Publisher:
         self._clock = clock or RealClock()
         self._cond = threading.Condition()  # notified by stop()
         self._stopped = False
-        self._thread: threading.Thread | None = None
+        self._thread: OwnedThread | None = None
         self._written = ""  # the resourceVersion of our last write: what stop() deletes
         self._failing = False
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="policy-publisher")
+        """Start publishing, on a thread of its own."""
+        self._thread = OwnedThread("policy-publisher", self._run)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop re-asserting; delete what we published, if no one has written it since."""
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Stop re-asserting; delete what we published, if no one has written it since. All
+        within `timeout` seconds; True once the thread has ended."""
+        deadline = Deadline(timeout)
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if not self._written:
-            return
+        ended = self._thread is None or self._thread.join(deadline.left())
+        left = min(deadline.left(), REQUEST_TIMEOUT)
+        if not self._written or left < MIN_REQUEST_TIMEOUT:
+            return ended  # too late to withdraw it: the next leader's replaces it
         try:
             self._kube.request("delete", CONFIGMAPS.item(self.namespace, self.name), body={
                 "apiVersion": "v1", "kind": "DeleteOptions",
-                "preconditions": {"resourceVersion": self._written}}, timeout=REQUEST_TIMEOUT)
+                "preconditions": {"resourceVersion": self._written}}, timeout=left)
         except ApiError as err:  # 409: another leader's since; 404: gone already
             log.debug("policy %s/%s not withdrawn: %s", self.namespace, self.name, err)
         self._written = ""
+        return ended
 
     def publish(self) -> None:
         """One attempt: replace ours (a write only when it differs), or create it."""
