@@ -18,6 +18,12 @@ patch there is stored (and answered) as it changed it, as the API server does.
 
     kube = FakeKube(admission={"a": adds_labels({"team": "x"}), "b": sets_data({"k": "v"})})
 
+An informer lists and watches it: a list answers the objects stored (in one namespace, or
+in all) at the current revision; each watch opened (`opened_watches`) is a `FakeWatch` the
+test feeds (`send`, `end`) or leaves silent. A silent watch's read ends when `clock` reaches
+its timeout, as a socket's would in real seconds: a test makes a watch silent for exactly as
+long as it steps a FakeClock, and no longer.
+
 Tests that talk to a real API server use configmirror_testing.controlplane instead.
 """
 
@@ -25,11 +31,12 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from configmirror.client.kube import ApiError
+from configmirror.client.kube import ApiError, WatchSilent
 from configmirror.clock import Clock, FakeClock
 
 HOLD_LIMIT = 10.0
@@ -75,6 +82,67 @@ class Write:
     at: float
 
 
+class FakeWatch:
+    """One watch FakeKube opened, in place of a WatchStream: what the test sends it is read
+    in order; `end` ends it as the server ends a watch; `close` (the informer's) ends it too."""
+
+    def __init__(self, clock: Clock, path: str, query: dict[str, Any],
+                 read_timeout: float) -> None:
+        self.path = path
+        self.query = query
+        self.read_timeout = read_timeout
+        self.connection = "fake"  # what a log line names the connection by
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._events: deque[dict[str, Any]] = deque()
+        self._ended = False
+        self._closed = False
+
+    def send(self, *events: dict[str, Any]) -> None:
+        """Events for the reader, as the server sends them."""
+        with self._cond:
+            self._events.extend(copy.deepcopy(list(events)))
+            self._cond.notify_all()
+
+    def end(self) -> None:
+        """The server ends the watch: the reader gets what was sent, then the end."""
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
+
+    def closed(self) -> bool:
+        """Whether its reader closed it (gave it up, or stopped)."""
+        with self._cond:
+            return self._closed
+
+    def next_event(self, timeout: float) -> dict[str, Any] | None:
+        """The next event, None at the end, or WatchSilent once `timeout` of the clock has
+        passed with nothing (a real stream's read times out in real seconds)."""
+        with self._cond:
+            until = self._clock.now() + timeout
+            while not self._events and not self._ended and not self._closed:
+                if self._clock.now() >= until:
+                    raise WatchSilent(f"watch {self.path}: no event for {timeout:g} s")
+                self._clock.wait(self._cond, until, None)
+            return self._events.popleft() if self._events and not self._closed else None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Every event to the end; a silence of its read timeout fails, as WatchStream's."""
+        while True:
+            try:
+                event = self.next_event(self.read_timeout)
+            except WatchSilent as err:
+                raise ApiError(0, "ConnectionError", str(err), "watch", self.path) from None
+            if event is None:
+                return
+            yield event
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
 @dataclass
 class FakeKube:
     """A Kube's request() over a store of objects; thread-safe (the recorder's writer thread
@@ -90,6 +158,8 @@ class FakeKube:
     admission: Mapping[str, Admission] = field(default_factory=dict)  # namespace -> admission
     held: threading.Event | None = None
     holding: threading.Event = field(default_factory=threading.Event)
+    watches: list[FakeWatch] = field(default_factory=list)
+    discarded: int = 0  # discard_idle_connections() calls (a silent watch was given up)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def request(self, verb: str, path: str, query: Any = None, body: Any = None,
@@ -106,10 +176,35 @@ class FakeKube:
             # api v1 namespaces NS RESOURCE [NAME], or apis GROUP v1 namespaces NS ...
             parts = path.strip("/").split("/")
             parts = parts[1:] if parts[:1] == ["apis"] else parts
+            if verb == "list" and parts[-1] == self.resource:
+                return self._list(parts[3] if len(parts) == 5 else None)
             if len(parts) < 5 or parts[4] != self.resource:
                 return {}
             name = parts[5] if len(parts) > 5 else body["metadata"]["name"]
             return self._answer(verb, path, f"{parts[3]}/{name}", body)
+
+    def watch(self, path: str, query: dict[str, Any], read_timeout: float,
+              reuse: float | None = None) -> FakeWatch:
+        """Open a watch (recorded as a "watch" request with its query, read_timeout and
+        reuse; a queued failure fails it), for the test to feed."""
+        with self._lock:
+            self.requests.append(Request("watch", path, None, {
+                "query": dict(query), "read_timeout": read_timeout, "reuse": reuse}))
+            if self.failures and (failure := self.failures.pop(0)) is not None:
+                raise failure
+            watch = FakeWatch(self.clock, path, dict(query), read_timeout)
+            self.watches.append(watch)
+            return watch
+
+    def opened_watches(self) -> list[FakeWatch]:
+        """Every watch opened so far, in order (a copy)."""
+        with self._lock:
+            return list(self.watches)
+
+    def discard_idle_connections(self) -> int:
+        with self._lock:
+            self.discarded += 1
+        return 0
 
     def written(self) -> list[Request]:
         """Every request so far (a copy)."""
@@ -124,6 +219,12 @@ class FakeKube:
         """Forget the requests so far (what the server stores stays)."""
         with self._lock:
             self.requests.clear()
+
+    def _list(self, namespace: str | None) -> dict[str, Any]:
+        """The objects in `namespace` (None: all), at the current revision, in one page."""
+        items = [copy.deepcopy(obj) for key, obj in sorted(self.objects.items())
+                 if namespace is None or key.split("/", 1)[0] == namespace]
+        return {"items": items, "metadata": {"resourceVersion": str(self.revision)}}
 
     def _answer(self, verb: str, path: str, key: str, body: Any) -> dict[str, Any]:
         stored = self.objects.get(key)

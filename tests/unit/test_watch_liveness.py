@@ -19,7 +19,7 @@ def test_the_bounds_follow_the_servers_cadence() -> None:
     assert BOOKMARK_PERIOD + 2.25 < BOOKMARK_BOUND <= BOOKMARK_PERIOD + 5.0
     assert SILENCE_CHECK == 30.0
     # After a silent drop, a missed event is found within one check and its probe: well
-    # inside the minute DESIGN.md allows, with the bookmark bound the backstop.
+    # inside the minute docs/reliability.md allows, with the bookmark bound the backstop.
     assert SILENCE_CHECK + 10.0 + 5.0 < 60.0
 
 
