@@ -51,6 +51,7 @@ TESTS: dict[str, list[str]] = {
     "clock.py": ["tests/unit/test_clock.py", "tests/unit/test_workqueue.py",
                  "tests/unit/test_controller.py"],
     "allocator.py": ["tests/unit/test_allocator.py"],
+    "lifecycle.py": ["tests/unit/test_lifecycle.py", "tests/unit/test_controller.py"],
     # controller/
     "controller/workqueue.py": ["tests/unit/test_workqueue.py",
                                 "tests/unit/test_workqueue_metrics.py",
@@ -93,6 +94,7 @@ TESTS: dict[str, list[str]] = {
                                "tests/unit/test_plan_agrees_with_run.py",
                                "tests/integration/test_expectations.py"],
     "operator/policy.py": ["tests/unit/test_policy.py", "tests/integration/test_policy.py"],
+    "operator/probes.py": ["tests/unit/test_lifecycle.py"],
     "operator/caches.py": ["tests/unit/test_caches.py", "tests/integration/test_caches.py",
                            "tests/integration/test_expectations.py"],
     # cli/

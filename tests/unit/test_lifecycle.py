@@ -196,6 +196,18 @@ def test_an_owned_thread_is_no_daemon_and_one_never_started_has_ended(
     assert thread.join(5) and not thread.is_alive()
 
 
+def test_lingering_names_neither_the_caller_nor_a_daemon(release: threading.Event) -> None:
+    daemon = threading.Thread(target=lambda: release.wait(30), name="a-daemon", daemon=True)
+    daemon.start()
+    try:
+        names = lingering()
+        assert threading.current_thread().name not in names
+        assert "a-daemon" not in names, "a daemon does not hold the interpreter's exit"
+    finally:
+        release.set()
+        daemon.join(5)
+
+
 def test_join_waits_for_every_thread_within_one_timeout(release: threading.Event) -> None:
     ended = OwnedThread("ends", lambda: None)
     stuck = OwnedThread("stuck", lambda: release.wait(30))
