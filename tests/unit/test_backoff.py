@@ -12,13 +12,9 @@ from configmirror.client.informer import reflector_backoff
 from configmirror.clock import FakeClock
 
 
-class FixedRandom(random.Random):
-    def __init__(self, value: float) -> None:
-        super().__init__()
-        self.value = value
-
-    def random(self) -> float:
-        return self.value
+def first_draw(seed: int) -> float:
+    """What a random.Random(seed) given to a Backoff draws first."""
+    return random.Random(seed).random()
 
 
 def test_delays_double_from_the_initial_one_to_the_cap() -> None:
@@ -40,10 +36,12 @@ def test_reset_starts_from_the_initial_delay_again() -> None:
 
 
 def test_jitter_stretches_a_delay_by_at_most_its_share_and_never_past_the_cap() -> None:
-    assert Backoff(1.0, 30.0, jitter=0.1, rng=FixedRandom(0.5)).next() == pytest.approx(1.05)
-    assert Backoff(1.0, 30.0, jitter=1.0, rng=FixedRandom(0.999)).next() == pytest.approx(1.999)
-    capped = Backoff(20.0, 30.0, jitter=1.0, rng=FixedRandom(0.9))
-    assert capped.next() == 30.0
+    tenth = Backoff(1.0, 30.0, jitter=0.1, rng=random.Random(3))
+    assert tenth.next() == pytest.approx(1.0 + 0.1 * first_draw(3))
+    whole = Backoff(1.0, 30.0, jitter=1.0, rng=random.Random(4))
+    assert whole.next() == pytest.approx(1.0 + first_draw(4))
+    assert first_draw(5) > 0.5, "the next delay would pass the cap unless capped"
+    assert Backoff(20.0, 30.0, jitter=1.0, rng=random.Random(5)).next() == 30.0
 
 
 def test_at_is_the_unjittered_delay_of_a_step_and_survives_huge_steps() -> None:
@@ -80,10 +78,13 @@ def test_reflector_backoff_doubles_with_jitter_up_to_the_cap() -> None:
 
 def test_reflector_backoff_resets_after_two_quiet_minutes_but_not_before() -> None:
     clock = FakeClock()
-    backoff = reflector_backoff(clock, rng=FixedRandom(0.0))
+    backoff = reflector_backoff(clock, rng=random.Random(6))
+    twin = random.Random(6)
     for _ in range(5):
         backoff.next()
+        twin.random()
     clock.step(120)
-    assert backoff.next() == pytest.approx(25.6), "exactly two minutes is not past them"
+    assert backoff.next() == pytest.approx(min(25.6 * (1 + twin.random()), 30.0)), \
+        "exactly two minutes is not past them"
     clock.step(120.5)
-    assert backoff.next() == pytest.approx(0.8)
+    assert backoff.next() == pytest.approx(0.8 * (1 + twin.random()))
