@@ -215,7 +215,7 @@ def test_stop_writes_the_open_tallies_and_the_queue(
     events, server, _, _ = recorder
     events.tally(A, "Replicated", "updated", "ns-1", replicated_message)
     events.warning(B, "Queued", "1")
-    events.stop(timeout=5)
+    assert events.stop(timeout=5), "the writer ended within the timeout"
     assert sorted(body["reason"] for _, _, body, _ in server.written()) == ["Queued", "Replicated"]
     assert events.pending() == 0
 
@@ -287,6 +287,31 @@ def test_a_retry_begun_in_an_outage_ends_when_the_outage_does_and_starts_afresh(
         events.warning(B, "InvalidSpec", "bad")
         wait_for(lambda: clock.wake_times() == [clock.now() + RETRY_MIN],
                  what="the next outage's first wait: the shortest again")
+    finally:
+        outage.answered()
+        events.stop(timeout=5)
+
+
+def test_a_retry_that_fails_again_right_after_an_outage_ends_waits_the_shortest_time(
+        ) -> None:
+    server, clock = FakeKube(), FakeClock()
+    outage = Outage(clock=clock)
+    events = EventRecorder(server, instance="test", clock=clock,  # type: ignore[arg-type]
+                           outage=outage)
+    events.start()
+    try:
+        server.failures += [unavailable() for _ in range(4)]
+        events.warning(A, "InvalidSpec", "bad")
+        for attempt, delay in enumerate((0.5, 1, 2), start=1):
+            wait_for(lambda attempt=attempt, delay=delay: len(server.written()) == attempt
+                     and clock.wake_times() == [clock.now() + delay],
+                     what=f"attempt {attempt} to wait {delay} s")
+            if attempt < 3:
+                clock.step(delay)
+        outage.answered()  # the wait of 2 s ends; the try right after it fails once more
+        wait_for(lambda: len(server.written()) == 4
+                 and clock.wake_times() == [clock.now() + RETRY_MIN],
+                 what="a fresh start after the outage, not the 4 s its backoff had reached")
     finally:
         outage.answered()
         events.stop(timeout=5)
