@@ -17,7 +17,6 @@ import logging
 import secrets
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 from configmirror.client.events import EventRecorder
@@ -231,24 +230,25 @@ class Manager:
         return self.settings.drain_timeout + STOP_MARGIN
 
     def _shutdown(self) -> None:
-        started = time.monotonic()
+        started = self._clock.now()
         if not self._workers_started:
             self.queue.shutdown()  # no worker to drain it
         late = self.components.stop(self.shutdown_timeout)
         self.kube.close()
         if not late:
-            log.info("stopped in %.1f s", time.monotonic() - started)
+            log.info("stopped in %.1f s", self._clock.now() - started)
 
     def _lost_leadership(self) -> None:
         self.metrics.leader.set(0)
         self._lost.set()
 
-    @staticmethod
-    def _wait(condition: Callable[[], bool], stop: threading.Event,
+    def _wait(self, condition: Callable[[], bool], stop: threading.Event,
               timeout: float | None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Poll `condition` until it holds (True), `stop` is set or `timeout` seconds of the
+        clock pass (False)."""
+        deadline = None if timeout is None else self._clock.now() + timeout
         while not condition():
-            if stop.is_set() or (deadline is not None and time.monotonic() > deadline):
+            if stop.is_set() or (deadline is not None and self._clock.now() > deadline):
                 return False
             stop.wait(0.05)
         return True
