@@ -94,7 +94,7 @@ TESTS: dict[str, list[str]] = {
                                "tests/unit/test_plan_agrees_with_run.py",
                                "tests/integration/test_expectations.py"],
     "operator/policy.py": ["tests/unit/test_policy.py", "tests/integration/test_policy.py"],
-    "operator/probes.py": ["tests/unit/test_lifecycle.py"],
+    "operator/probes.py": ["tests/unit/test_probes.py", "tests/unit/test_lifecycle.py"],
     "operator/caches.py": ["tests/unit/test_caches.py", "tests/integration/test_caches.py",
                            "tests/integration/test_expectations.py"],
     # cli/
@@ -335,6 +335,10 @@ ACCEPTED: dict[tuple[str, str, str], str] = {
      "data, self.left, self.ended = reader.exactly(self.left), 0, False"): _REST_ONCE,
     ("client/transport.py", "data, self.left, self.ended = reader.exactly(self.left), 0, True",
      "data, self.left, self.ended = reader.exactly(self.left), 1, True"): _REST_ONCE,
+    ("operator/probes.py", "POLL_INTERVAL = 0.2 # how soon a server's thread sees stop()",
+     "POLL_INTERVAL = 0.4 # how soon a server's thread sees stop()"):
+        "how soon the serving loop sees a stop: any fraction of a second well inside the "
+        "shutdown's margin serves; no behaviour depends on its value",
     ("client/kube.py", "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 1):",
      "for attempt in range(1, RETRY_AFTER_ATTEMPTS + 2):"):
         "the loop raises at attempt RETRY_AFTER_ATTEMPTS, before a fourth could begin",

@@ -204,6 +204,16 @@ def test_the_withdrawal_gets_only_what_is_left_of_the_stop_and_none_when_nothing
     assert kube.written()[-1].verb != "delete", "a shutdown out of time leaves it to the next"
 
 
+@pytest.mark.parametrize(("left", "withdrawn"), [(0.4, False), (0.5, True), (0.7, True)])
+def test_the_withdrawal_needs_half_a_second_of_the_stop_left(left: float,
+                                                             withdrawn: bool) -> None:
+    kube = FakeKube()
+    publisher = Publisher(kube, DEPLOYED, "configmirror", "me", FakeClock())
+    publisher.publish()
+    publisher.stop(left)  # the fake clock stands still: exactly `left` is left
+    assert (kube.written()[-1].verb == "delete") is withdrawn
+
+
 def test_a_publisher_that_never_published_withdraws_nothing() -> None:
     kube = FakeKube()
     Publisher(kube, DEPLOYED, "configmirror", "me").stop()

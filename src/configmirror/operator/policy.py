@@ -132,7 +132,7 @@ class Publisher:
     def stop(self, timeout: float = 10.0) -> bool:
         """Stop re-asserting; delete what we published, if no one has written it since. All
         within `timeout` seconds; True once the thread has ended."""
-        deadline = Deadline(timeout)
+        deadline = Deadline(timeout, self._clock)
         with self._cond:
             self._stopped = True
             self._cond.notify_all()

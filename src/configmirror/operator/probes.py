@@ -72,14 +72,14 @@ class _HTTPServer:
 
     def __init__(self, address: str, routes: dict[str, Route]) -> None:
         host, _, port = address.rpartition(":")
-        self._server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), _handler(routes))
+        # A host left out (":8080") is "": every interface, as the flags' defaults mean.
+        self._server = ThreadingHTTPServer((host, int(port)), _handler(routes))
         self._server.daemon_threads = True  # per-request threads; the serving thread is joined
         # handle_request() waits at most this long for a connection: the loop sees stop().
         self._server.timeout = POLL_INTERVAL
         self._stopping = threading.Event()
         self._thread = OwnedThread(f"http-{port}", self._serve)
-        bound_host, bound_port = self._server.server_address[:2]
-        self.address = f"{bound_host!s}:{bound_port}"
+        self.address = f"{self._server.server_address[0]!s}:{self._server.server_port}"
 
     def start(self) -> None:
         self._thread.start()
@@ -89,9 +89,8 @@ class _HTTPServer:
         self._stopping.set()
 
     def stop(self, timeout: float) -> bool:
-        """End the serving thread within `timeout` seconds and close the socket; True once
-        it has ended."""
-        self.signal()
+        """After signal(): wait up to `timeout` seconds for the serving thread to end, then
+        close the socket; True once it has ended."""
         if not self._thread.join(timeout):
             return False  # closing the socket under its select() would be a race
         self._server.server_close()
@@ -106,7 +105,7 @@ class _HTTPServer:
 def _handler(routes: dict[str, Route]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            route = routes.get(self.path.split("?", 1)[0])
+            route = routes.get(self.path.partition("?")[0])
             status, content_type, body = route() if route else (404, "text/plain",
                                                                 b"not found")
             self.send_response(status)
