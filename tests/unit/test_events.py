@@ -264,57 +264,58 @@ def test_retries_wait_half_a_second_doubling_to_30_s_and_the_first_failure_is_lo
     assert [r.levelname for r in warned] == ["WARNING"], "once, then at debug level"
 
 
-def test_a_retry_begun_in_an_outage_ends_when_the_outage_does_and_starts_afresh() -> None:
+@pytest.fixture
+def outage_recorder() -> Iterator[tuple[EventRecorder, FakeKube, FakeClock, Outage]]:
+    """A started recorder that waits out its retries through an outage view."""
     server, clock = FakeKube(), FakeClock()
     outage = Outage(clock=clock)
     events = EventRecorder(server, instance="test", clock=clock,  # type: ignore[arg-type]
                            outage=outage)
     events.start()
     try:
-        server.failures += [unavailable() for _ in range(5)]
-        events.warning(A, "InvalidSpec", "bad")
-        for attempt, delay in enumerate((0.5, 1, 2, 4, 8), start=1):
-            wait_for(lambda attempt=attempt, delay=delay: len(server.written()) == attempt
-                     and clock.wake_times() == [clock.now() + delay],
-                     what=f"attempt {attempt} to wait {delay} s")
-            if attempt < 5:
-                clock.step(delay)
-        assert outage.active(), "a write with no answer is an outage"
-        outage.answered()  # an informer reconnected: 8 s are left of this wait
-        wait_for(lambda: events.pending() == 0, what="the Event written at once")
-        assert clock.waiters() == 0 and len(server.written()) == 6
-        server.failures.append(unavailable())
-        events.warning(B, "InvalidSpec", "bad")
-        wait_for(lambda: clock.wake_times() == [clock.now() + RETRY_MIN],
-                 what="the next outage's first wait: the shortest again")
+        yield events, server, clock, outage
     finally:
         outage.answered()
         events.stop(timeout=5)
+
+
+def fail_and_wait(server: FakeKube, clock: FakeClock, delays: tuple[float, ...]) -> None:
+    """Each write attempt fails and waits the next of `delays`; every wait but the last is
+    stepped through."""
+    for attempt, delay in enumerate(delays, start=1):
+        wait_for(lambda attempt=attempt, delay=delay: len(server.written()) == attempt
+                 and clock.wake_times() == [clock.now() + delay],
+                 what=f"attempt {attempt} to wait {delay} s")
+        if attempt < len(delays):
+            clock.step(delay)
+
+
+def test_a_retry_begun_in_an_outage_ends_when_the_outage_does_and_starts_afresh(
+        outage_recorder: tuple[EventRecorder, FakeKube, FakeClock, Outage]) -> None:
+    events, server, clock, outage = outage_recorder
+    server.failures += [unavailable() for _ in range(5)]
+    events.warning(A, "InvalidSpec", "bad")
+    fail_and_wait(server, clock, (0.5, 1, 2, 4, 8))
+    assert outage.active(), "a write with no answer is an outage"
+    outage.answered()  # an informer reconnected: 8 s are left of this wait
+    wait_for(lambda: events.pending() == 0, what="the Event written at once")
+    assert clock.waiters() == 0 and len(server.written()) == 6
+    server.failures.append(unavailable())
+    events.warning(B, "InvalidSpec", "bad")
+    wait_for(lambda: clock.wake_times() == [clock.now() + RETRY_MIN],
+             what="the next outage's first wait: the shortest again")
 
 
 def test_a_retry_that_fails_again_right_after_an_outage_ends_waits_the_shortest_time(
-        ) -> None:
-    server, clock = FakeKube(), FakeClock()
-    outage = Outage(clock=clock)
-    events = EventRecorder(server, instance="test", clock=clock,  # type: ignore[arg-type]
-                           outage=outage)
-    events.start()
-    try:
-        server.failures += [unavailable() for _ in range(4)]
-        events.warning(A, "InvalidSpec", "bad")
-        for attempt, delay in enumerate((0.5, 1, 2), start=1):
-            wait_for(lambda attempt=attempt, delay=delay: len(server.written()) == attempt
-                     and clock.wake_times() == [clock.now() + delay],
-                     what=f"attempt {attempt} to wait {delay} s")
-            if attempt < 3:
-                clock.step(delay)
-        outage.answered()  # the wait of 2 s ends; the try right after it fails once more
-        wait_for(lambda: len(server.written()) == 4
-                 and clock.wake_times() == [clock.now() + RETRY_MIN],
-                 what="a fresh start after the outage, not the 4 s its backoff had reached")
-    finally:
-        outage.answered()
-        events.stop(timeout=5)
+        outage_recorder: tuple[EventRecorder, FakeKube, FakeClock, Outage]) -> None:
+    events, server, clock, outage = outage_recorder
+    server.failures += [unavailable() for _ in range(4)]
+    events.warning(A, "InvalidSpec", "bad")
+    fail_and_wait(server, clock, (0.5, 1, 2))
+    outage.answered()  # the wait of 2 s ends; the try right after it fails once more
+    wait_for(lambda: len(server.written()) == 4
+             and clock.wake_times() == [clock.now() + RETRY_MIN],
+             what="a fresh start after the outage, not the 4 s its backoff had reached")
 
 
 def test_stop_ends_a_retry_that_waits_for_the_outage_at_once() -> None:
