@@ -2,7 +2,7 @@
 shutdown deadline (--drain-timeout + manager.STOP_MARGIN), every time.
 
 Each run starts an operator (leader election on, so the lease and the published policy have
-something to give back) through a fault proxy, lets it begin a fan-out of a few hundred
+something to give back) through a fault proxy, lets it begin a fan-out of 150
 replicas, then has the proxy hold every connection silently: open ones carry nothing more,
 new ones are accepted and never answered. Its workers are then stuck in writes, its watches
 open and silent, its lease and policy unreachable: nothing it could wait for will come. The
@@ -28,7 +28,7 @@ from configmirror_testing.wait import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.operator_process]
 
-FANOUT = 300
+FANOUT = 150  # few enough that setting them up and cleaning them away is quick
 RUNS = 10
 DRAIN = 2.0
 DEADLINE = DRAIN + STOP_MARGIN
@@ -36,9 +36,9 @@ DEADLINE = DRAIN + STOP_MARGIN
 # flushing the log and the exit itself. A process that holds its exit for a thread is far
 # past it: the requests it would wait for have a 30 s timeout.
 SLACK = 2.0
-# 20 writes a second: the fan-out takes 15 s, so the workers are mid-way when the wire goes
+# 10 writes a second: the fan-out takes 15 s, so the workers are mid-way when the wire goes
 # silent, however fast the machine.
-FLAGS = ("--kube-api-qps", "20", "--kube-api-burst", "1", "--drain-timeout", f"{DRAIN:g}s",
+FLAGS = ("--kube-api-qps", "10", "--kube-api-burst", "1", "--drain-timeout", f"{DRAIN:g}s",
          "--leader-elect")
 
 
