@@ -133,16 +133,24 @@ def test_a_probe_that_finds_nothing_missed_keeps_the_silent_watch(watched: Watch
     assert watched.metric("configmirror_informer_silent_watches_total") == 0
 
 
-def test_a_watch_that_delivers_what_its_probe_found_within_the_grace_is_kept(
-        watched: Watched) -> None:
+def probed_into_its_grace(watched: Watched) -> FakeWatch:
+    """Start, let the first watch go silent until it is probed, have the probe find an event
+    the watch has not delivered, and read on until the grace ends on the clock; the first
+    watch."""
     watched.start()
     first = watched.watch(0)
     watched.reading_until(START + SILENCE_CHECK)
     watched.clock.step(SILENCE_CHECK)
     probe = watched.watch(1)
-    probe.send(added("6"))  # the server has an event the watch has not delivered
+    probe.send(added("6"))
     probe.end()
-    watched.reading_until(START + SILENCE_CHECK + PROBE_GRACE)  # the grace, on the clock
+    watched.reading_until(START + SILENCE_CHECK + PROBE_GRACE)
+    return first
+
+
+def test_a_watch_that_delivers_what_its_probe_found_within_the_grace_is_kept(
+        watched: Watched) -> None:
+    first = probed_into_its_grace(watched)
     first.send(added("6"))
     watched.reading_until(START + 2 * SILENCE_CHECK)  # a new silence from the event on
     assert watched.informer.resource_version == "6"
@@ -153,14 +161,7 @@ def test_a_watch_that_delivers_what_its_probe_found_within_the_grace_is_kept(
 
 def test_a_watch_that_does_not_deliver_what_its_probe_found_within_the_grace_is_replaced(
         watched: Watched) -> None:
-    watched.start()
-    first = watched.watch(0)
-    watched.reading_until(START + SILENCE_CHECK)
-    watched.clock.step(SILENCE_CHECK)
-    probe = watched.watch(1)
-    probe.send(added("6"))
-    probe.end()
-    watched.reading_until(START + SILENCE_CHECK + PROBE_GRACE)
+    first = probed_into_its_grace(watched)
     watched.clock.step(PROBE_GRACE)
     second = watched.watch(2)
     assert first.closed()
