@@ -38,6 +38,15 @@ def deployment_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(container)
 
 
+def pod_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    """The variables the install's container gets from its pod's namespace (the downward
+    API's metadata.namespace), as the pod would have them."""
+    home, _ = service_account(docs)
+    return {v["name"]: home for v in deployment_container(docs).get("env") or ()
+            if (v.get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+            == "metadata.namespace"}
+
+
 def operator_flags(docs: list[dict[str, Any]]) -> list[str]:
     """The install's `configmirror run` flags, less the pod's listen addresses."""
     args = deployment_container(docs)["args"]
@@ -87,7 +96,7 @@ def check_install(cluster: Cluster, operators: Operators, namespaces: Namespaces
     # The install's Secret sources are namespaces an admin names; this test's is src.
     operator = operators(*operator_flags(docs), f"--secret-source-namespaces={src}",
                          kubeconfig=kubeconfig,
-                         env={"CONFIGMIRROR_LEADER_ELECTION_NAMESPACE": home})
+                         env=pod_env(docs))
     wait_for(lambda: operator.metric("configmirror_leader") == 1, what="the operator to lead")
     spec = client.CoordinationV1Api(cluster.api_client).read_namespaced_lease(lease, home).spec
     holder = spec.holder_identity if spec else None
@@ -133,7 +142,7 @@ def check_status_follows_policy(cluster: Cluster, operators: Operators, namespac
     flags = operator_flags(docs)
     assert "--source-namespace-selector=configmirror.io/source=true" in flags, flags
     operator = operators(*flags, kubeconfig=kubeconfig,
-                         env={"CONFIGMIRROR_LEADER_ELECTION_NAMESPACE": home})
+                         env=pod_env(docs))
     wait_for(lambda: operator.metric("configmirror_leader") == 1, what="the operator to lead")
     policy = wait_for(lambda: read(cluster, home, f"{lease}-policy"),
                       what="the leader to publish its policy")

@@ -20,6 +20,7 @@ from configmirror_testing.installs import (
     check_install,
     check_status_follows_policy,
     operator_flags,
+    pod_env,
     service_account,
 )
 from configmirror_testing.wait import wait_for
@@ -161,12 +162,13 @@ def test_an_overlay_in_another_namespace_moves_every_reference_to_the_operator(
     (policy,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
     assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ServiceAccount"}
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    # The Lease's namespace is the pod's own (the downward API), so it moves too.
+    # The Lease's namespace and the operator's are the pod's own (the downward API), so they
+    # move too.
     env = {e["name"]: e for e in
            next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"][
                "containers"][0]["env"]}
-    assert env["CONFIGMIRROR_LEADER_ELECTION_NAMESPACE"]["valueFrom"] == {
-        "fieldRef": {"fieldPath": "metadata.namespace"}}
+    for variable in ("CONFIGMIRROR_LEADER_ELECTION_NAMESPACE", "CONFIGMIRROR_OPERATOR_NAMESPACE"):
+        assert env[variable]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     text = yaml.safe_dump_all(docs)
     assert "namespace: configmirror\n" not in text and "serviceaccount:configmirror" not in text
 
@@ -208,10 +210,10 @@ def test_the_examples_replicate_with_deploys_own_flags(
     operator that deploy/ runs: its flags (the source namespace selector among them), its
     ServiceAccount."""
     plane = deployed.require_plane()
-    flags = operator_flags(kustomize(deployed, REPO / "deploy"))
+    docs = kustomize(deployed, REPO / "deploy")
+    flags = operator_flags(docs)
     assert "--source-namespace-selector=configmirror.io/source=true" in flags
-    operator = operators(*flags, kubeconfig=sa_kubeconfig,
-                         env={"CONFIGMIRROR_LEADER_ELECTION_NAMESPACE": "configmirror"})
+    operator = operators(*flags, kubeconfig=sa_kubeconfig, env=pod_env(docs))
     wait_for(lambda: operator.metric("configmirror_leader") == 1, what="the operator to lead")
     try:
         plane.kubectl("apply", "-f", str(REPO / "deploy" / "examples"))

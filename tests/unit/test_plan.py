@@ -144,6 +144,15 @@ def test_ignore_label_and_terminating_namespaces_are_never_targets() -> None:
     assert p.targets == ("c",)
 
 
+@pytest.mark.parametrize("labels", [{}, {"configmirror.io/source": "true"}])
+def test_the_operators_own_namespace_is_never_a_target_whatever_its_labels(
+        labels: dict[str, str]) -> None:
+    scope = Scope.from_flags("*", "", operator_namespace="default")
+    assert plan(source(), [ns("a"), ns("default", labels)], scope=scope).targets == ("a",)
+    other = plan(source(), [ns("a"), ns("default", labels)], scope=Scope.from_flags("*", ""))
+    assert other.targets == ("a", "default"), "with no operator there, an ordinary namespace"
+
+
 def test_operator_exclusions_and_source_namespaces() -> None:
     scope = Scope.from_flags("src", "b,kube-*")
     assert plan(source(), ALL, scope=scope).targets == ("a", "default")

@@ -21,6 +21,7 @@ from configmirror.operator.policy import (
     Publisher,
     home,
     judge_with,
+    own_namespace,
     policy_data,
     policy_name,
 )
@@ -124,6 +125,22 @@ def test_an_elected_operator_publishes_beside_its_lease_a_pod_in_its_namespace(
     assert home(Settings(), pod) is None  # a laptop's run: nowhere
     pod.write_text("platform\n")
     assert home(Settings(), pod) == "platform"
+
+
+def test_the_operators_namespace_is_its_pods_else_the_flag(tmp_path: Path) -> None:
+    pod = tmp_path / "namespace"
+    assert own_namespace(Settings(), pod) == "configmirror"
+    assert own_namespace(Settings(operator_namespace="ops"), pod) == "ops"
+    pod.write_text("platform\n")
+    assert own_namespace(Settings(operator_namespace="ops"), pod) == "platform"
+
+
+def test_the_operators_namespace_is_published_and_followed() -> None:
+    assert policy_data(Settings(operator_namespace="platform"))["operator-namespace"] == \
+        "platform"
+    theirs = published(DEPLOYED, "platform", **{"operator-namespace": "platform"})
+    settings, _ = judge_with([theirs], Settings(), {})
+    assert settings.operator_namespace == "platform"
 
 
 # -- what the user set, as the command line parser says ---------------------------------------

@@ -20,8 +20,11 @@ from configmirror.replication.spec import InvalidSpec, ReplicaRules
 
 def settings_of(args: argparse.Namespace) -> Settings:
     """The Settings of a parsed command's flags, or UsageError naming the flag at fault."""
+    # plan, status and wait take --operator-namespace empty to mean "look it up": until a
+    # published policy says which, the default namespace is the operator's.
     settings = Settings(**{k: v for k, v in vars(args).items()
-                           if k in Settings.__dataclass_fields__})
+                           if k in Settings.__dataclass_fields__
+                           and not (k == "operator_namespace" and not v)})
     if settings.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {settings.workers}")
     if settings.max_retries < 1:

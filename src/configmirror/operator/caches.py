@@ -131,9 +131,10 @@ def _scope(settings: Settings, secrets: bool = False) -> Scope:
     if secrets:
         return Scope.from_flags(settings.secret_source_namespaces, settings.exclude_namespaces,
                                 settings.source_namespace_selector, "--secret-source-namespaces",
-                                settings.adopt_from)
+                                settings.adopt_from, settings.operator_namespace)
     return Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces,
-                            settings.source_namespace_selector, adopt_from=settings.adopt_from)
+                            settings.source_namespace_selector, adopt_from=settings.adopt_from,
+                            operator_namespace=settings.operator_namespace)
 
 
 def _ignore(*_change: object) -> None:

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # name without the dashes: --delete-grace is `delete-grace`.
 POLICY = ("source_namespaces", "source_namespace_selector", "exclude_namespaces",
           "secret_names", "secret_source_namespaces", "kinds", "bindable_roles", "drop_labels",
-          "drop_annotations", "delete_grace", "adopt_from")
+          "drop_annotations", "delete_grace", "adopt_from", "operator_namespace")
 POLICY_LABEL = PREFIX + "policy"
 PUBLISHED_BY = PREFIX + "published-by"
 PUBLISHED_AT = PREFIX + "published-at"
@@ -95,6 +95,14 @@ def home(settings: Settings, pod_namespace: Path = POD_NAMESPACE) -> str | None:
         return pod_namespace.read_text().strip() or None
     except OSError:
         return None
+
+
+def own_namespace(settings: Settings, pod_namespace: Path = POD_NAMESPACE) -> str:
+    """The operator's namespace: in a pod, the pod's own; else --operator-namespace."""
+    try:
+        return pod_namespace.read_text().strip() or settings.operator_namespace
+    except OSError:
+        return settings.operator_namespace
 
 
 # -- the operator's side ----------------------------------------------------------------------

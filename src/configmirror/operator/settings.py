@@ -23,6 +23,9 @@ class Settings:
     leader_elect: bool = False
     leader_election_namespace: str = "configmirror"
     leader_election_id: str = "configmirror"
+    # The operator's own namespace: in a pod the pod's (policy.own_namespace), outside one
+    # this. It never receives replicas, whatever its labels.
+    operator_namespace: str = "configmirror"
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"
     log_format: str = "text"

@@ -211,8 +211,8 @@ def pull_refusals(namespace: Namespace, caches: Caches, scope: Scope,
             reason = f"its source has an invalid spec: {compiled.invalid}"
         elif not scope.may_target(source.namespace, namespace):
             reason = (f"namespace {namespace.name} never receives replicas (the source's own "
-                      f"namespace, labelled configmirror.io/ignore=true, excluded by "
-                      f"--exclude-namespaces, or terminating)")
+                      f"namespace, the operator's, labelled configmirror.io/ignore=true, "
+                      f"excluded by --exclude-namespaces, or terminating)")
         elif not compiled.spec.admits(namespace):
             reason = (f"{key} does not allow namespace {namespace.name} to pull it (its "
                       f"configmirror.io/pull-allowed and pull-allowed-matching)")

@@ -320,11 +320,15 @@ class Scope:
     source_flag: str = "--source-namespaces"  # the flag that named source_namespaces
     # --adopt-from: whose mirrors every source takes over ("": none unless it says so).
     adopt_from: str = ""
+    # The namespace the operator runs in: never a target, whatever its labels (its Secrets,
+    # its Lease and its published policy live there).
+    operator_namespace: str = ""
 
     @classmethod
     def from_flags(cls, source_namespaces: str, exclude_namespaces: str,
                    source_namespace_selector: str = "",
-                   source_flag: str = "--source-namespaces", adopt_from: str = "") -> Scope:
+                   source_flag: str = "--source-namespaces", adopt_from: str = "",
+                   operator_namespace: str = "") -> Scope:
         """From the flags; raises InvalidSpec naming the flag at fault. `source_flag` names
         the flag `source_namespaces` came from (Secrets have their own)."""
         selector = None
@@ -336,7 +340,7 @@ class Scope:
         return cls(parse_patterns(source_namespaces, source_flag),
                    parse_patterns(exclude_namespaces, "--exclude-namespaces", empty_ok=True),
                    selector, source_namespace_selector.strip(), source_flag,
-                   parse_adopt(adopt_from, "--adopt-from"))
+                   parse_adopt(adopt_from, "--adopt-from"), operator_namespace)
 
     def adopts(self, own: str) -> str:
         """Whose mirrors a source takes over: its own `adopt` annotation (`own`, parsed),
@@ -359,7 +363,7 @@ class Scope:
 
     def may_target(self, source_namespace: str, namespace: NamespaceLike) -> bool:
         """Whether any source in `source_namespace` may place a replica in `namespace`."""
-        return (namespace.name != source_namespace
+        return (namespace.name not in (source_namespace, self.operator_namespace)
                 and namespace.labels.get(IGNORE_LABEL) != "true"
                 and not self.excluded_namespaces.matches(namespace.name)
                 and not namespace.terminating)
