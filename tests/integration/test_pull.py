@@ -192,10 +192,10 @@ def test_wait_returns_once_a_new_namespace_has_its_replica_and_fails_on_timeout_
     cluster.core.create_namespaced_config_map(blocked, configmap("cfg"))  # someone's own
     cluster.core.patch_namespace(blocked, {"metadata": {"labels": {label: "yes"}}})
     late = cli(cluster, "wait", f"{src}/cfg", "--timeout", "2s")
-    assert late.returncode == 1 and "not in sync after 2s" in late.stderr
+    assert late.returncode == 2 and "not in sync after 2s" in late.stderr
     assert f"conflict: {blocked}/cfg exists" in late.stdout
     missing = cli(cluster, "wait", f"{src}/nothing", "--timeout", "30s")
-    assert missing.returncode == 2 and "there is no ConfigMap source" in missing.stderr
+    assert missing.returncode == 1 and "there is no ConfigMap source" in missing.stderr
 
 
 def test_kubectl_configmirror_status_runs_through_kubectl(

@@ -15,9 +15,7 @@ import yaml
 from configmirror import __version__
 from configmirror.cli import flags, reference
 from configmirror.cli import main as cli
-from configmirror.cli.arguments import NAMESPACE_HELP
-from configmirror.cli.plan import EXIT_OUT_OF_SYNC
-from configmirror.cli.wait import EXIT_NO_SUCH_SOURCE, EXIT_TIMED_OUT, EXIT_WAIT_ERROR
+from configmirror.cli.arguments import EXIT_ATTENTION, EXIT_ERROR, EXIT_OK, NAMESPACE_HELP
 from configmirror.operator.settings import Settings
 from configmirror.vocabulary import CONFIGMAP, SECRET
 from configmirror_testing.commands import parsed
@@ -82,10 +80,24 @@ def test_missing_kubeconfig_is_one_line(tmp_path: Path) -> None:
                           "cannot load cluster configuration")
 
 
-@pytest.mark.parametrize("command", ["run", "plan"])
-def test_unreachable_cluster_is_one_line(tmp_path: Path, command: str) -> None:
-    assert_one_line_error(run(command, "--kubeconfig", str(unreachable_kubeconfig(tmp_path))),
+@pytest.mark.parametrize("command", [("run",), ("plan",), ("status",), ("wait", "ns/cfg"),
+                                     ("migrate", "--from", "reflector")])
+def test_unreachable_cluster_is_one_line(tmp_path: Path, command: tuple[str, ...]) -> None:
+    assert_one_line_error(run(*command, "--kubeconfig", str(unreachable_kubeconfig(tmp_path))),
                           "cannot reach the API server at https://127.0.0.1:")
+
+
+@pytest.mark.parametrize(("command", "contains"), [
+    (("status", "configmap/ns/name/extra"), "'configmap/ns/name/extra' is not [KIND/]NAMESPACE"),
+    (("plan", "-n", "ns", "a/b/c/d"), "'a/b/c/d' is not [KIND/]NAME (with -n ns)"),
+    (("wait", "pod/ns/cfg"), "'pod' is not a kind"),
+    (("-n", "ns", "status", "cm/other/cfg"), "'cm/other/cfg' is in namespace other, -n says ns"),
+])
+def test_a_bad_reference_fails_before_any_connection(
+        tmp_path: Path, command: tuple[str, ...], contains: str) -> None:
+    """With no kubeconfig anywhere: the reference's fault, not the kubeconfig's."""
+    done = run(*command, env={"KUBECONFIG": str(tmp_path / "absent"), "HOME": str(tmp_path)})
+    assert_one_line_error(done, contains)
 
 
 # -- in-process: the parser is pure ------------------------------------------------------
@@ -94,6 +106,49 @@ def test_unreachable_cluster_is_one_line(tmp_path: Path, command: str) -> None:
 @pytest.fixture(autouse=True)
 def clean_environment(cli_environment: None) -> None:
     """No CONFIGMIRROR_* variable of the caller's leaks in (tests/unit/conftest.py)."""
+
+
+@pytest.mark.parametrize(("argv", "command", "values"), [
+    (["-n", "platform", "status"], "status", {"namespace": "platform"}),
+    (["-nplatform", "status", "cm/cfg"], "status", {"namespace": "platform", "source": "cm/cfg"}),
+    (["-o", "json", "wait", "ns/cfg"], "wait", {"output": "json", "source": "ns/cfg"}),
+    (["--kubeconfig=/k", "--context", "c", "plan", "-o", "yaml"], "plan",
+     {"kubeconfig": "/k", "context": "c", "output": "yaml"}),
+    (["--namespace", "status", "plan"], "plan", {"namespace": "status"}),  # a value, not a command
+    (["--output=yaml", "version"], "version", {"output": "yaml"}),
+    (["status", "-n", "platform"], "status", {"namespace": "platform"}),
+])
+def test_global_flags_may_come_before_the_command_as_with_kubectl(
+        argv: list[str], command: str, values: dict[str, str]) -> None:
+    args = parsed(*cli.command_first(argv))
+    assert args.command == command
+    assert {name: getattr(args, name) for name in values} == values
+
+
+def test_a_global_flag_before_a_command_without_it_is_refused_by_that_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["-n", "platform", "version"]) == EXIT_ERROR
+    assert "unrecognized arguments: -n platform" in capsys.readouterr().err
+
+
+def test_the_top_level_help_names_no_file_and_says_the_exit_codes() -> None:
+    text = cli.parser().format_help()
+    assert "README" not in text
+    assert "0 on success, 1 on an error, 2 when what it found needs" in text
+    assert "-n, -o, --kubeconfig and --context may also come before the command" in text
+
+
+@pytest.mark.parametrize("command", ["plan", "status", "wait"])
+def test_a_read_commands_help_points_to_run_for_the_policy_flags_it_takes(
+        command: str) -> None:
+    text = helps()[command]
+    options = text.split("options:")[1].split("exit codes:")[0]
+    assert "--source-namespaces" not in options and "--delete-grace" not in options
+    policy = " ".join(text.split("\npolicy: ")[1].split())
+    assert "--source-namespaces, --source-namespace-selector," in policy
+    assert "--adopt-from) is taken here too" in policy
+    extra = ("ns/cfg",) if command == "wait" else ()
+    assert parsed(command, *extra, "--source-namespaces", "team-*").source_namespaces == "team-*"
 
 
 def test_dash_dash_version_prints_the_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -142,29 +197,30 @@ def test_help_shows_defaults_as_their_flags_take_them() -> None:
 
 
 @pytest.mark.parametrize(("command", "codes"), [
-    ("plan", ["0  in sync", "2  not in sync", "1  error"]),
+    ("plan", ["0  in sync", "1  error", "2  not in sync"]),
     ("status", ["0  shown", "1  error"]),
-    ("wait", ["0  in sync", "1  not in sync when --timeout passed", "2  no such source",
-              "3  error"]),
+    ("wait", ["0  in sync", "1  error", "2  not in sync when --timeout passed"]),
+    ("migrate", ["0  every source converts exactly", "1  error", "2  some need a human"]),
+    ("run", ["0  stopped by SIGTERM", "1  error"]),
 ])
-def test_help_documents_the_exit_codes(command: str, codes: list[str]) -> None:
+def test_help_documents_one_exit_code_scheme(command: str, codes: list[str]) -> None:
     text = helps()[command]
-    assert "exit codes:" in text
-    for code in codes:
-        assert f"\n  {code}" in text, code
+    listed = text.split("exit codes:\n")[1].split("\n\n")[0].splitlines()
+    assert [line.strip()[:len(code)] for line, code in zip(listed, codes, strict=True)] == [
+        code for code in codes]
 
 
-def test_the_exit_codes_are_the_ones_help_documents() -> None:
-    assert (EXIT_OUT_OF_SYNC, EXIT_TIMED_OUT, EXIT_NO_SUCH_SOURCE,
-            EXIT_WAIT_ERROR) == (2, 1, 2, 3)
+def test_the_exit_codes_are_success_error_and_attention() -> None:
+    assert (EXIT_OK, EXIT_ERROR, EXIT_ATTENTION) == (0, 1, 2)
 
 
 @pytest.mark.parametrize("argv", [
     ("wait",), ("wait", "ns/name", "--timeout=soon"), ("wait", "pod/ns/name"),
-    ("wait", "ns/name", "--kubeconfig", "/nonexistent/kubeconfig")])
-def test_a_wait_that_cannot_start_is_an_error_never_a_timeout(
+    ("wait", "ns/name", "--kubeconfig", "/nonexistent/kubeconfig"),
+    ("migrate",), ("migrate", "--from", "kyverno"), ("plan", "a/b/c/d"), ("status", "--nope")])
+def test_a_command_that_cannot_start_is_an_error_never_needs_attention(
         argv: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(list(argv)) == EXIT_WAIT_ERROR
+    assert cli.main(list(argv)) == EXIT_ERROR
     assert capsys.readouterr().err.startswith("configmirror: ")
 
 

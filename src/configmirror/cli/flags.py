@@ -29,12 +29,8 @@ _FLAGS = "_flags"  # where a parsed namespace keeps the flags of the command it 
 
 
 class UsageError(Exception):
-    """A mistake on the command line or in the environment: one line on stderr. `code` is
-    the exit code of the command that refused it (None: the caller's default)."""
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
+    """A mistake on the command line or in the environment: one line on stderr, and the
+    commands' error exit code."""
 
 
 class _Unset:
@@ -137,24 +133,24 @@ def env_name(option: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with the conventions above. Errors raise UsageError with `error_code`."""
+    """argparse with the conventions above. Errors raise UsageError."""
 
-    def __init__(self, *args: Any, error_code: int = 1, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)  # as in Go: a new flag never breaks an old
         super().__init__(*args, **kwargs)
-        self.error_code = error_code
         self.flags: list[Flag] = []
         self.set_defaults(**{_FLAGS: self.flags})
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message, self.error_code)
+        raise UsageError(message)
 
     def flag(self, option: str, default: Any, help: str, parse: Parse = str, *,
              short: str | None = None, env: bool = True, metavar: str | None = None,
-             repeat: bool = False) -> None:
+             repeat: bool = False, hidden: bool = False) -> None:
         """Add `option`, its default (already of its type), and the help that says both.
         `repeat`: a list flag that may be given more than once, its values joined with
-        commas (a kustomize component per item appends its own)."""
+        commas (a kustomize component per item appends its own). `hidden`: taken, but left
+        out of --help (whose epilog then says where it is described)."""
         variable = env_name(option) if env else None
         shown = _shown(default, parse)
         text = help + (f" (default: {shown})" if shown else "") + (
@@ -163,13 +159,15 @@ class Parser(argparse.ArgumentParser):
         dest = option.lstrip("-").replace("-", "_")
         if parse is boolean:
             self.add_argument(*names, f"--no-{option[2:]}", action=_Boolean, dest=dest,
-                              default=UNSET, help=text.replace("%", "%%"))
+                              default=UNSET,
+                              help=argparse.SUPPRESS if hidden else text.replace("%", "%%"))
         else:
             if metavar is None and isinstance(parse, Choice):
                 metavar = "{" + ",".join(parse.words) + "}"
             action: type[argparse.Action] | str = _Joined if repeat else "store"
             self.add_argument(*names, action=action, dest=dest, type=_argument(parse),
-                              default=UNSET, metavar=metavar, help=text.replace("%", "%%"))
+                              default=UNSET, metavar=metavar,
+                              help=argparse.SUPPRESS if hidden else text.replace("%", "%%"))
         self.flags.append(Flag(option, dest, default, parse, variable))
 
     def parse_known_args(  # type: ignore[override]

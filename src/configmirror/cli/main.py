@@ -7,8 +7,11 @@ durations as `90s`, `10m`, `1h30m`; every flag but those choosing what to show (
 `--target-namespace`) also an environment variable (`--max-retries` is
 CONFIGMIRROR_MAX_RETRIES), the command line winning. A source is named as
 in the pull annotation, `[KIND/]NS/NAME`, or as kubectl names it, `-n NS
-[KIND/]NAME` (`reference`). Mistakes a user can make (bad flags, no kubeconfig, unreachable
-cluster) end in one line on stderr and exit code 1 (`wait`: 3), never a traceback.
+[KIND/]NAME` (`reference`), checked before any connection. As in kubectl, the flags every
+read command takes (-n, -o, --kubeconfig, --context) may come before the command too. Mistakes
+a user can make (bad flags, no kubeconfig, unreachable cluster) end in one line on stderr and
+exit code 1, never a traceback; every command exits 0 on success, 1 on an error, 2 when what
+it found needs attention (`arguments`).
 """
 
 from __future__ import annotations
@@ -22,26 +25,36 @@ from datetime import UTC, datetime
 from typing import Any
 
 from configmirror import __version__
-from configmirror.cli import migrate, plan, run, status, version, wait
-from configmirror.cli.arguments import CONVENTIONS
+from configmirror.cli import migrate, plan, reference, run, status, version, wait
+from configmirror.cli.arguments import CONVENTIONS, EXIT_ERROR
 from configmirror.cli.flags import Parser, UsageError, resolve
 from configmirror.cli.output import prog
 from configmirror.cli.settings import given
 from configmirror.client.kube import ConfigError
 
-# Each command's exit code for an error found once its flags are parsed, if not 1 (its
-# parser's own errors carry it already).
-_ERROR_EXIT = {"wait": wait.EXIT_WAIT_ERROR}
 # The commands but `version`, which runs before logging is set up.
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run.command, "plan": plan.command, "status": status.command,
     "wait": wait.command, "migrate": migrate.command}
+_NAMES = frozenset(_COMMANDS) | {"version"}
+# The flags kubectl users put before the command (`kubectl configmirror -n NS status`), each
+# taking a value; the command's own parser reads them wherever they were written.
+_GLOBAL = ("-n", "--namespace", "-o", "--output", "--kubeconfig", "--context")
+_GLOBAL_LONG = tuple(flag for flag in _GLOBAL if flag.startswith("--"))
+_ABOUT = """Keeps ConfigMaps, named Secrets and the kinds an admin turns on replicated across
+namespaces, as their annotations say. `COMMAND --help` shows a command's flags and exit
+codes; every command exits 0 on success, 1 on an error, 2 when what it found needs
+attention (plan: changes to make; wait: timed out; migrate: some need a human).
+"""
+_GLOBALS_HELP = """\
+-n, -o, --kubeconfig and --context may also come before the command, as with kubectl:
+`kubectl configmirror -n platform status`.
+"""
 
 
 def parser() -> argparse.ArgumentParser:
     """The parser of the whole command line: every command with its flags."""
-    top = Parser(prog=prog(), description="Keeps ConfigMaps (and named Secrets) "
-                 "replicated across namespaces. See README.md.", epilog=CONVENTIONS,
+    top = Parser(prog=prog(), description=_ABOUT, epilog=_GLOBALS_HELP + "\n" + CONVENTIONS,
                  formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"configmirror {__version__}")
     commands = top.add_subparsers(dest="command",
@@ -55,23 +68,45 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command `argv` (default: the process's arguments) names; its exit code."""
-    command: str | None = None
     try:
-        args = parser().parse_args(argv)
-        command = args.command
+        args = parser().parse_args(command_first(sys.argv[1:] if argv is None else argv))
         policy_given = given(args)
         resolve(args)  # the environment variables of this command only
+        if getattr(args, "source", None) is not None:  # its form, before any connection
+            reference.parse(args.source, args.namespace)
         if args.command == "version":
             return version.command(args)
-        _setup_logging(args.log_format, args.log_level)
+        _setup_logging(args.log_format, args.log_level, timestamps=args.command == "run")
         args.given = policy_given
         return _COMMANDS[args.command](args)
     except (UsageError, ConfigError) as err:
         print(f"{prog()}: {err}", file=sys.stderr)
-        code = err.code if isinstance(err, UsageError) else None
-        return code if code is not None else _ERROR_EXIT.get(command or "", 1)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+
+
+def command_first(argv: Sequence[str]) -> list[str]:
+    """`argv` with the global flags written before the command moved after it, where the
+    command's parser reads them (`-n NS status` is `status -n NS`)."""
+    words = list(argv)
+    moved: list[str] = []
+    at = 0
+    while at < len(words):
+        word = words[at]
+        if word in _NAMES:
+            return [*words[:at], word, *moved, *words[at + 1:]]
+        if word == "--":
+            break
+        if word in _GLOBAL and at + 1 < len(words):
+            moved += words[at:at + 2]
+            del words[at:at + 2]
+        elif word.partition("=")[0] in _GLOBAL_LONG or (
+                word[:2] in ("-n", "-o") and len(word) > 2):  # --output=json, -ojson
+            moved.append(words.pop(at))
+        else:
+            at += 1
+    return list(argv)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -85,10 +120,19 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(doc)
 
 
-def _setup_logging(fmt: str, level: str) -> None:
+class _CommandFormatter(logging.Formatter):
+    """A read command's log line as its other messages read: `configmirror: warning: ...`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{prog()}: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _setup_logging(fmt: str, level: str, timestamps: bool) -> None:
+    """Logs on stderr: JSON, or text, with timestamps for the operator (`run`) only."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if fmt == "json" else logging.Formatter(
-        "%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        "%(asctime)s %(levelname)-7s %(name)s: %(message)s") if timestamps
+        else _CommandFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

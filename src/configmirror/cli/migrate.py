@@ -7,15 +7,13 @@ import argparse
 import sys
 from typing import Any
 
-from configmirror.cli.arguments import add_command, add_flag
+from configmirror.cli.arguments import EXIT_ATTENTION, add_command, add_flag
 from configmirror.cli.connect import connect
 from configmirror.cli.flags import Choice, Parser, UsageError
 from configmirror.cli.output import prog
 from configmirror.client.kube import ApiError, Kube
 from configmirror.operator.settings import Settings
 from configmirror.replication.spec import InvalidSpec
-
-EXIT_NEEDS_A_HUMAN = 3
 
 
 def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -24,9 +22,8 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     migrate = add_command(
         commands, "migrate", "print the configmirror annotations that mean what "
         "kubernetes-reflector's or kubernetes-replicator's do; change nothing",
-        [(0, "every source converts exactly"),
-         (1, "error (bad flags, no cluster)"),
-         (EXIT_NEEDS_A_HUMAN, "some need a human (listed)")])
+        "every source converts exactly", "some need a human (listed)",
+        errors="error: bad flags, no cluster")
     migrate.add_argument("--from", dest="tool", required=True,
                          choices=("reflector", "kubernetes-replicator"),
                          help="the tool whose annotations to convert")
@@ -39,7 +36,7 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
              "--exclude-namespaces: a target there today is reported, configmirror never "
              "writes there")
     add_flag(migrate, "--output", "text", "text, or yaml: partial objects for kubectl apply "
-             "(--server-side) or Git", choices=("text", "yaml"), short="-o")
+             "(--server-side) or Git", choices=("text", "yaml"), short="-o", env=False)
     add_flag(migrate, "--log-format", d.log_format, "log format", choices=("text", "json"))
     migrate.flag("--log-level", d.log_level, "log level",
                  Choice(("debug", "info", "warning", "error"), (("warn", "warning"),)))
@@ -79,7 +76,7 @@ def command(args: argparse.Namespace) -> int:
     except InvalidSpec as err:
         raise UsageError(str(err)) from None
     print(result.yaml() if args.output == "yaml" else result.text(), end="")
-    return 0 if result.exact and not unread else EXIT_NEEDS_A_HUMAN
+    return 0 if result.exact and not unread else EXIT_ATTENTION
 
 
 def _metadata(kube: Kube, path: str) -> list[dict[str, Any]]:

@@ -6,23 +6,25 @@ import argparse
 from collections.abc import Mapping
 
 from configmirror.cli import listing, reference
-from configmirror.cli.arguments import add_cluster_flags, add_command, add_selection_flags
+from configmirror.cli.arguments import (
+    EXIT_ATTENTION,
+    EXIT_OK,
+    add_cluster_flags,
+    add_command,
+    add_selection_flags,
+)
 from configmirror.cli.flags import Parser, UsageError
 from configmirror.cli.output import dump
 from configmirror.cli.settings import followed, settings_of
 from configmirror.operator.settings import format_duration
 from configmirror.replication.plan import ReplicationPlan
 
-EXIT_OUT_OF_SYNC = 2  # changes to make, or problems
-
 
 def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """`plan` and its flags: the cluster's, and which sources."""
     plan = add_command(commands, "plan", "print what run would change, change nothing",
-                       [(0, "in sync"), (EXIT_OUT_OF_SYNC, "not in sync: changes to make, or "
-                                         "problems"),
-                        (1, "error (bad flags, no cluster, no such source)")])
-    add_cluster_flags(plan)
+                       "in sync", "not in sync: changes to make, or problems")
+    add_cluster_flags(plan, policy_shown=False)
     add_selection_flags(plan)
 
 
@@ -44,7 +46,7 @@ def command(args: argparse.Namespace) -> int:
               end="")
     else:
         print_plans(plans, reference.kind_words(cache))
-    return 0 if in_sync else EXIT_OUT_OF_SYNC
+    return EXIT_OK if in_sync else EXIT_ATTENTION
 
 
 def print_plans(plans: list[ReplicationPlan], said: Mapping[str, str]) -> None:

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import replace
 
 from configmirror.allocator import fix_mmap_threshold
 from configmirror.cli.arguments import add_cluster_flags, add_command, add_flag
@@ -15,6 +16,7 @@ from configmirror.cli.connect import connect
 from configmirror.cli.flags import Parser, UsageError, duration
 from configmirror.cli.settings import settings_of
 from configmirror.lifecycle import lingering
+from configmirror.operator.policy import own_namespace
 from configmirror.operator.settings import Settings
 from configmirror.replication.spec import InvalidSpec
 
@@ -23,8 +25,8 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """`run` and its flags: the cluster's, then the operator's own."""
     d = Settings()
     run = add_command(commands, "run", "run the operator until SIGTERM/SIGINT",
-                      [(0, "stopped by SIGTERM or SIGINT, in-flight work drained"),
-                       (1, "error (bad flags, no cluster, lost leadership)")])
+                      "stopped by SIGTERM or SIGINT, in-flight work drained",
+                      errors="error: bad flags, no cluster, lost leadership")
     add_cluster_flags(run)
     add_flag(run, "--workers", d.workers, "reconcile worker threads", int)
     add_flag(run, "--max-retries", d.max_retries, "attempts per change before giving up", int)
@@ -35,6 +37,9 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     add_flag(run, "--leader-election-namespace", d.leader_election_namespace,
              "namespace of the leader-election Lease")
     add_flag(run, "--leader-election-id", d.leader_election_id, "name of the Lease")
+    add_flag(run, "--operator-namespace", d.operator_namespace, "the operator's namespace "
+             "when it runs outside a pod (in a pod: the pod's own); it never receives "
+             "replicas, whatever its labels")
     add_flag(run, "--metrics-bind-address", d.metrics_bind_address,
              "host:port for /metrics ('0' disables)")
     add_flag(run, "--health-probe-bind-address", d.health_probe_bind_address,
@@ -58,6 +63,7 @@ def command(args: argparse.Namespace) -> int:
     )
 
     settings = settings_of(args)
+    settings = replace(settings, operator_namespace=own_namespace(settings))
     # Before any list page is read: a relist's freed pages are returned, not kept (allocator).
     fixed = fix_mmap_threshold()
     logging.getLogger("configmirror").debug("glibc's mmap threshold %s",

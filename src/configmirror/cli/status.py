@@ -30,9 +30,10 @@ def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """`status` and its flags: the cluster's, which sources, and --target-namespace."""
     status = add_command(commands, "status", "per source: targets, in sync, pending, "
                          "problems (the same decision as run); change nothing",
-                         [(0, "shown (in sync or not)"),
-                          (1, "error (bad flags, no cluster, no such source or namespace)")])
-    add_cluster_flags(status)
+                         "shown (in sync or not)",
+                         errors="error: bad flags or input, no cluster, no such source or "
+                                "namespace")
+    add_cluster_flags(status, policy_shown=False)
     add_selection_flags(status)
     add_flag(status, "--target-namespace", None, "what this namespace holds and pulls, and "
              "the sources of those", env=False)

@@ -15,9 +15,10 @@ from configmirror.cli.output import FORMATS, dump
 
 def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """`version` and its -o."""
-    version = add_command(commands, "version", "print the version", [(0, "printed")],
-                          conventions=False)
-    add_flag(version, "--output", "text", "output format", choices=FORMATS, short="-o")
+    version = add_command(commands, "version", "print the version", "printed",
+                          errors="error: bad flags", conventions=False)
+    add_flag(version, "--output", "text", "output format", choices=FORMATS, short="-o",
+             env=False)
 
 
 def command(args: argparse.Namespace) -> int:

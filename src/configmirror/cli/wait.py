@@ -9,6 +9,8 @@ import time
 
 from configmirror.cli import listing, reference
 from configmirror.cli.arguments import (
+    EXIT_ATTENTION,
+    EXIT_OK,
     add_cluster_flags,
     add_command,
     add_flag,
@@ -23,21 +25,13 @@ from configmirror.operator.caches import ClusterInformers
 from configmirror.operator.settings import format_duration
 from configmirror.replication.status import KindView, SourceStatus, source_status
 
-EXIT_TIMED_OUT = 1        # not in sync when the timeout passed
-EXIT_NO_SUCH_SOURCE = 2   # the source does not exist
-EXIT_WAIT_ERROR = 3       # anything else (bad flags, no cluster): never a timeout's 1
-
 
 def add_parser(commands: argparse._SubParsersAction[Parser]) -> None:
     """`wait` and its flags: the cluster's, the source, and --timeout."""
     wait = add_command(commands, "wait", "wait until every target of a source is in sync",
-                       [(0, "in sync"),
-                        (EXIT_TIMED_OUT, "not in sync when --timeout passed (what is pending "
-                                         "is printed)"),
-                        (EXIT_NO_SUCH_SOURCE, "no such source"),
-                        (EXIT_WAIT_ERROR, "error (bad flags, no cluster)")],
-                       error_code=EXIT_WAIT_ERROR)
-    add_cluster_flags(wait)
+                       "in sync", "not in sync when --timeout passed (what is pending is "
+                       "printed)")
+    add_cluster_flags(wait, policy_shown=False)
     add_selection_flags(wait, required=True)
     add_flag(wait, "--timeout", 300.0, "how long to wait", duration)
 
@@ -67,15 +61,14 @@ def command(args: argparse.Namespace) -> int:
                 view = KindView(cached.caches, cached.scope, cached.names, plans)
                 last = source_status(plans[0], view, ()) if plans else None
                 if last is None or not last.exists:
-                    raise UsageError(f"there is no {kind.name} source {key}",
-                                     EXIT_NO_SUCH_SOURCE)
+                    raise UsageError(f"there is no {kind.name} source {key}")
                 if last.done:
                     if args.output != "text":
                         print(dump({"in_sync": True, "source": last.to_json()}, args.output),
                               end="")
                     else:
                         print(f"{key}: in sync in {last.targets} target namespace(s)")
-                    return 0
+                    return EXIT_OK
             left = deadline - time.monotonic()
             if left <= 0:
                 print(f"{prog()}: {key} not in sync after {format_duration(args.timeout)}",
@@ -85,7 +78,7 @@ def command(args: argparse.Namespace) -> int:
                           end="")
                 elif last is not None:
                     print_status([last], None, reference.kind_words(cache))
-                return EXIT_TIMED_OUT
+                return EXIT_ATTENTION
             changed.wait(min(left, 1.0))
             changed.clear()
     finally:
