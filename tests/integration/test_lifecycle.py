@@ -32,6 +32,9 @@ from configmirror_testing.wait import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.operator_process]
 
+# The grace of the tests that undo a removal's cause within it and then wait it out.
+GRACE = "15s"
+
 
 def stamped(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")
@@ -64,7 +67,9 @@ def test_a_source_deleted_and_recreated_within_the_grace_costs_its_replicas_no_w
     src, targets = namespaces(), [namespaces() for _ in range(3)]
     body = configmap("cfg", {REPLICATE_TO: ",".join(targets)}, data={"v": "1"})
     cluster.core.create_namespaced_config_map(src, body)
-    operator = operators("--delete-grace=60s")
+    # Long enough for the round trip below (milliseconds), short enough to wait out: the
+    # last wait_idle() lasts until the called-off removal's time has passed.
+    operator = operators(f"--delete-grace={GRACE}")
     for t in targets:
         wait_replica(cluster, t, {"v": "1"})
     operator.wait_idle()
@@ -106,7 +111,7 @@ def test_a_namespace_relabelled_out_and_back_within_the_grace_costs_nothing(
     target = namespaces(labels={label: "yes"})
     cluster.core.create_namespaced_config_map(src, configmap(
         "cfg", {REPLICATE_TO_MATCHING: f"{label}=yes"}))
-    operator = operators("--delete-grace=60s")
+    operator = operators(f"--delete-grace={GRACE}")
     wait_replica(cluster, target)
     operator.wait_idle()
     before, written = versions(cluster, [target]), len(operator_writes(cluster, [target]))
