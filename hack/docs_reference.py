@@ -11,7 +11,11 @@ Each page is read from what the program itself uses: the annotations from
 from the registry `configmirror.metrics.Metrics` builds, the Event reasons from the
 recorder's calls in `src/` (their meaning is the table below: a reason the code gains without
 one stops the generator), the chart's values from values.schema.json with their defaults and
-comments from values.yaml, and the alerts from the chart's rules file.
+comments from values.yaml, the alerts from the chart's rules file, and the published policy
+from `configmirror.operator.policy` (its name, marks and fields; each field's meaning is its
+`run` flag's help). The namespace label `configmirror.io/source` is no constant of the code but
+the selector `deploy/deployment.yaml` and the chart pass to `--source-namespace-selector`: it is
+read from both, which must agree.
 tests/unit/test_docs_reference.py fails when a committed page is not what this writes.
 """
 
@@ -24,6 +28,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +115,15 @@ def annotations_page() -> str:
              "with `replicate-to`, `replicate-to-matching`, `pull-allowed` or "
              "`pull-allowed-matching`. A value that does not parse is an `InvalidSpec` Event on "
              "the source, and nothing changes.\n\n## Set by you\n\n")
+    label, value = _source_namespace_label()
     page += _table(["key", "on", "value", "meaning"],
-                   [[f"`{a.name}`", a.on, a.value, a.meaning] for a in spec.ANNOTATIONS])
+                   [*([f"`{a.name}`", a.on, a.value, a.meaning] for a in spec.ANNOTATIONS),
+                    [f"`{label}`", "Namespace (label)", f"`{value}`",
+                     "with `deploy/` and the Helm chart, only namespaces labelled so hold "
+                     "sources: they pass `--source-namespace-selector="
+                     f"{label}={value}` (a source elsewhere is refused with a "
+                     "`SourceNotAllowed` Event). configmirror never writes it; without "
+                     "that selector (`run`'s default) it means nothing"]])
     page += "\n## Written by configmirror on replicas\n\n"
     page += _table(["key", "kind", "value", "meaning"],
                    [[f"`{getattr(model, const)}`", kind, value, meaning]
@@ -119,6 +131,20 @@ def annotations_page() -> str:
     page += ("\nA replica also carries `configmirror.io/on-delete: retain` while its source says "
              "so, so that a source deleted while configmirror was down is still released.\n")
     return page
+
+
+def _source_namespace_label() -> tuple[str, str]:
+    """(key, value) of the label `deploy/` and the chart select source namespaces by: their
+    `--source-namespace-selector`, one `key=value` (the two must agree)."""
+    flag = "--source-namespace-selector"
+    deployed = _deploy_args().get(flag, "").strip("`")
+    charted = yaml.safe_load((CHART / "values.yaml").read_text()).get("sourceNamespaceSelector")
+    match = re.fullmatch(r"([A-Za-z0-9./_-]+)=([A-Za-z0-9._-]+)", deployed)
+    if match is None or charted != deployed:
+        raise SystemExit(f"hack/docs_reference.py: deploy/deployment.yaml's {flag}={deployed!r} "
+                         f"and the chart's sourceNamespaceSelector {charted!r} must be one "
+                         "KEY=VALUE, the same")
+    return match.group(1), match.group(2)
 
 
 # -- flags ----------------------------------------------------------------------------------------
@@ -135,6 +161,24 @@ def _parser() -> argparse.ArgumentParser:
         return cli.parser()
     finally:
         os.environ.update(saved)
+
+
+def _and(words: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    """Each command's parser, by name."""
+    [sub] = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def _helps(command: argparse.ArgumentParser) -> dict[str, str]:
+    """Each long flag of `command` -> its help, without its variable and its default."""
+    return {option: _SHOWN.sub("", _ENV.sub("", action.help or "")).strip()
+            for action in command._actions for option in action.option_strings
+            if option.startswith("--")}
 
 
 def _deploy_args() -> dict[str, str]:
@@ -170,17 +214,21 @@ def flags_page() -> str:
                     f", `{o}`" for o in action.option_strings
                     if f"`{o}`" not in flags[action.dest]["flag"])
                 continue
-            if action.dest in flags:
-                if name not in flags[action.dest]["commands"]:
-                    flags[action.dest]["commands"].append(name)
-                continue
-            flag = (longs or action.option_strings)[0]
             text = action.help or ""
             env = _ENV.search(text)
             text = _ENV.sub("", text).strip()
             # flags.Parser says each default once, in the help: "... (default: 10m0s)".
             shown = _SHOWN.search(text)
             text = _SHOWN.sub("", text)
+            default = f"`{shown.group(1)}`" if shown else "none"
+            if action.dest in flags:
+                if name not in flags[action.dest]["commands"]:
+                    flags[action.dest]["commands"].append(name)
+                if text != argparse.SUPPRESS:  # a policy flag plan, status, wait hide
+                    flags[action.dest]["meanings"].setdefault(
+                        (text.strip(), default), []).append(name)
+                continue
+            flag = (longs or action.option_strings)[0]
             if isinstance(action, argparse.BooleanOptionalAction):
                 flag_text = f"`{flag}`, `--no-{flag[2:]}`"
             else:
@@ -190,13 +238,27 @@ def flags_page() -> str:
                     f"`{c}`" for c in action.choices) + ")"
             flags[action.dest] = {"flag": flag_text,
                                   "env": f"`{env.group(1)}`" if env else "none",
-                                  "default": f"`{shown.group(1)}`" if shown else "none",
-                                  "deploy": deployed.get(flag, ""),
-                                  "help": text.strip(), "commands": [name]}
+                                  "deploy": deployed.get(flag, ""), "commands": [name],
+                                  "meanings": {(text.strip(), default): [name]}}
+    for f in flags.values():
+        # A flag that means another thing in some commands says so, per command.
+        meanings = f.pop("meanings")
+        if len(meanings) == 1:
+            ((f["help"], f["default"]),) = meanings
+        else:
+            f["help"] = "; ".join(f"{', '.join(said)}: {text}"
+                                  for (text, _), said in meanings.items())
+            f["default"] = "; ".join(f"{', '.join(said)}: {default}"
+                                     for (_, default), said in meanings.items())
     page = HEADER.format(source="configmirror.cli's argument parser and deploy/deployment.yaml")
     page += ("# Commands and flags\n\n`configmirror` is also `kubectl configmirror` (the "
-             "`kubectl-configmirror` executable). Every flag can be set by its environment "
-             "variable; a flag on the command line wins. Booleans take `--flag`, "
+             "`kubectl-configmirror` executable). `-n`, `-o`, `--kubeconfig` and `--context` "
+             "may come before the command too, as with kubectl. A flag with an environment "
+             "variable below may be set by it, and means the same in every command that "
+             "reads it; the flags that choose what a command shows have none. A flag on the "
+             "command line wins. `plan`, `status` and `wait` judge with the running "
+             "operator's published policy ([Published policy](policy.md)); each policy flag "
+             "of `run` given to them overrides that field. Booleans take `--flag`, "
              "`--flag=true|false` and `--no-flag`, or in the environment `true`, `false`, "
              "`1`, `0`, `yes`, `no`. Durations are Go's (`90s`, `10m`, `1h30m`; a bare "
              "number is seconds).\n\n## Commands\n\n")
@@ -206,6 +268,95 @@ def flags_page() -> str:
     page += _table(["flag", "environment", "default", "deploy/", "commands", "meaning"],
                    [[f["flag"], f["env"], f["default"], f["deploy"], ", ".join(f["commands"]),
                      f["help"]] for f in flags.values()])
+    return page
+
+
+# -- the published policy -------------------------------------------------------------------------
+
+# What each mark on the policy ConfigMap means: by the constant's name in
+# configmirror.operator.policy, or by the key where the code writes a literal. A mark the
+# Publisher gains without a meaning here stops the generator.
+POLICY_MARKS = {
+    "POLICY_LABEL": ("label", "`true`", "what `plan`, `status` and `wait` find it by: they list "
+                     "the ConfigMaps so labelled, in `--operator-namespace` or else in every "
+                     "namespace"),
+    "app.kubernetes.io/name": ("label", "`configmirror`", "the application that wrote it"),
+    "PUBLISHED_BY": ("annotation", "`HOST_XXXXXXXX`", "the operator process that wrote it: its "
+                     "host name (in a pod, the pod's name) and 8 random hex digits, the identity "
+                     "it holds the Lease with"),
+    "PUBLISHED_AT": ("annotation", "`YYYY-MM-DDTHH:MM:SSZ`", "when that process started (UTC); "
+                     "the commands say they follow it \"since\" then"),
+    "app.kubernetes.io/version": ("annotation", "configmirror's version",
+                                  "the version of the operator that wrote it"),
+}
+
+
+def policy_page() -> str:
+    from configmirror.operator import policy
+    from configmirror.operator.settings import Settings, format_duration
+    defaults = Settings()
+    # The prose below says where the policy is published; these are what policy.home does.
+    lease = replace(defaults, leader_elect=True, leader_election_namespace="LEASE_NAMESPACE")
+    assert policy.home(lease) == "LEASE_NAMESPACE"
+    assert policy.home(defaults, REPO / "no-such-pod-namespace-file") is None
+    named = replace(defaults, leader_election_id="LEASE")
+    name = policy.policy_name(named).replace("LEASE", "<leader-election-id>")
+    written: dict[str, Any] = policy.Publisher(
+        None, defaults, "NAMESPACE", "IDENTITY")._body  # type: ignore[arg-type]
+    meanings = {getattr(policy, key, key): meaning for key, meaning in POLICY_MARKS.items()}
+    marks = [key for kind in ("labels", "annotations") for key in written["metadata"].get(kind, {})]
+    unexplained = [key for key in marks if key not in meanings]
+    if unexplained:
+        raise SystemExit(f"hack/docs_reference.py: the policy ConfigMap's {', '.join(unexplained)} "
+                         "ha(s/ve) no meaning in POLICY_MARKS: add one")
+
+    commands = _commands()
+    run = _helps(commands["run"])
+    readers = _and([f"`{n}`" for n, c in commands.items()
+                    if n != "run" and "--operator-namespace" in _helps(c)])
+    deployed = _deploy_args()
+    published = policy.policy_data(defaults)
+    rows = []
+    for field in policy.POLICY:
+        flag = policy.flag(field)
+        key = flag[2:]
+        if key not in published or flag not in run:
+            raise SystemExit(f"hack/docs_reference.py: policy field {field} is published as "
+                             f"{sorted(published)} and `run` has no flag {flag}")
+        default = published[key]
+        rows.append([f"`{key}`", f"`{flag}`", f"`{default}`" if default else "`\"\"` (none)",
+                     deployed.get(flag, ""), run[flag]])
+
+    page = HEADER.format(source="configmirror.operator.policy and configmirror.cli's argument "
+                                "parser")
+    page += ("# Published policy\n\nThe operator that writes publishes its policy, the flags "
+             "of `run` that decide what a replica must be and where, in a ConfigMap, so that "
+             f"{readers} judge with the flags it runs with, "
+             "not their own defaults. Only the leader writes it: when it starts leading, and "
+             f"again every {policy.REFRESH:g} seconds (a hand edit or a deletion is undone); "
+             "it deletes it when it stops, unless another leader has written it since. A "
+             "`--dry-run` operator publishes nothing.\n\n"
+             f"- **Name:** `{name}`, after the Lease (`--leader-election-id`): "
+             f"`{policy.policy_name(defaults)}` with the default one, as `deploy/` runs it.\n"
+             "- **Namespace:** the Lease's (`--leader-election-namespace`, with "
+             "`--leader-elect`); without leader election, in a pod, the pod's own; a process "
+             "outside a cluster without leader election publishes none.\n"
+             f"- **Who reads it:** {readers} list the ConfigMaps labelled "
+             f"`{policy.POLICY_LABEL}=true` (in `--operator-namespace`, else in every "
+             "namespace) and follow the one they find. A policy flag given on their own command "
+             "line or in their environment wins, with a warning naming it; two operators "
+             "found is an error asking for `--operator-namespace`; none found, they judge with "
+             "their own flags and say so. A field an older operator did not publish keeps the "
+             "command's value.\n\n")
+    page += "## Labels and annotations\n\n"
+    page += _table(["key", "kind", "value", "meaning"],
+                   [[f"`{key}`", *meanings[key]] for key in marks])
+    page += ("\n## Fields\n\n`data` holds one key per policy flag, its name without the "
+             "dashes, and the flag's value as the operator runs with it (a duration in seconds: "
+             f"`--delete-grace=1m30s` is `{format_duration(90.0)}`). The default is what "
+             "`run` publishes with no flag set; the column `deploy/` is what "
+             "`deploy/deployment.yaml` passes.\n\n")
+    page += _table(["key", "flag", "default", "deploy/", "meaning"], rows)
     return page
 
 
@@ -329,6 +480,11 @@ def _comments(values_yaml: str) -> dict[str, str]:
     return found
 
 
+def _enum_value(value: Any) -> str:
+    """One allowed value, as a YAML value would say it: `""` is the empty string."""
+    return '`""` (none)' if value == "" else f"`{value}`"
+
+
 def _schema_type(node: dict[str, Any], definitions: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if "$ref" in node:
         node = {**definitions[node["$ref"].rsplit("/", 1)[1]], **node}
@@ -336,7 +492,7 @@ def _schema_type(node: dict[str, Any], definitions: dict[str, Any]) -> tuple[str
     text = " or ".join(kind) if isinstance(kind, list) else str(kind)
     if node.get("type") == "array" and "type" in node.get("items", {}):
         text += f" of {node['items']['type']}"
-    rules = [f"one of {', '.join(f'`{v}`' for v in node['enum'])}" if "enum" in node else "",
+    rules = [f"one of {', '.join(map(_enum_value, node['enum']))}" if "enum" in node else "",
              f"at least {node['minimum']}" if "minimum" in node else "",
              f"matches `{node['pattern']}`" if "pattern" in node else ""]
     return "; ".join([text, *filter(None, rules)]), node
@@ -351,6 +507,8 @@ def values_page() -> str:
 
     def walk(node: dict[str, Any], path: list[str], value: Any) -> None:
         for key, child in node.get("properties", {}).items():
+            if not path and key == "global":
+                continue  # Helm's own: what a parent chart shares with its subcharts
             here = [*path, key]
             kind, resolved = _schema_type(child, schema.get("definitions", {}))
             default = value.get(key) if isinstance(value, dict) else None
@@ -424,6 +582,7 @@ def _runbook_urls(rules: dict[str, Any]) -> str:
 PAGES: dict[str, Callable[[], str]] = {
     "annotations.md": annotations_page,
     "flags.md": flags_page,
+    "policy.md": policy_page,
     "metrics.md": metrics_page,
     "events.md": events_page,
     "chart-values.md": values_page,

@@ -100,7 +100,8 @@ def test_lint_strict_passes(helm: Helm, tmp_path: Path, variant: str) -> None:
     ({"sourceNamespaces": "team-*"}, ["/sourceNamespaces", "array"]),
     ({"podAntiAffinity": "sometimes"}, ["/podAntiAffinity", "soft"]),
     ({"deleteGrace": "a minute"}, ["/deleteGrace", "pattern"]),
-    ({"deleteGrace": 60}, ["/deleteGrace", "string"]),
+    ({"deleteGrace": -1}, ["/deleteGrace", "minimum"]),
+    ({"deleteGrace": "-1s"}, ["/deleteGrace", "pattern"]),
     ({"replica": 3}, ["replica", "additional properties"]),
     ({"kinds": ["pods"]}, ["/kinds/0", "networkpolicy"]),
     ({"kinds": "networkpolicy"}, ["/kinds", "array"]),
@@ -186,6 +187,20 @@ def test_defaults_pass_no_optional_flag_but_the_source_namespace_selector_and_th
                     "--delete-grace=60s"]
 
 
+@pytest.mark.parametrize(("given", "flag"), [
+    ("deleteGrace=60", "--delete-grace=60"),  # a number (helm --set makes one): seconds
+    ("deleteGrace=0", "--delete-grace=0"),    # zero is a value, not "unset"
+    ("deleteGrace=1.5", "--delete-grace=1.5"),
+    ("deleteGrace=1h30m", "--delete-grace=1h30m"),
+])
+def test_delete_grace_takes_what_the_flag_takes(helm: Helm, given: str, flag: str) -> None:
+    """values.schema.json takes what --delete-grace takes (a Go duration, or a number of
+    seconds), and the template writes a number as the flag reads it."""
+    done = helm("template", "configmirror", str(CHART), "--set", given)
+    args = container(documents(done.stdout))["args"]
+    assert [a for a in args if a.startswith("--delete-grace")] == [flag]
+
+
 def test_an_empty_source_namespace_selector_lets_every_namespace_push(
         helm: Helm, tmp_path: Path) -> None:
     args = container(documents(template(helm, tmp_path, {"sourceNamespaceSelector": ""})))["args"]
@@ -212,7 +227,7 @@ def test_values_become_flags_and_extra_args_come_last(helm: Helm, tmp_path: Path
     ]
     assert c["image"] == "registry.example.com/configmirror:1.2"
     assert c["imagePullPolicy"] == "Always"
-    assert c["env"][1:] == [{"name": "CONFIGMIRROR_RESYNC_PERIOD", "value": "300"}]
+    assert c["env"][2:] == [{"name": "CONFIGMIRROR_RESYNC_PERIOD", "value": "300"}]
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert pod["tolerations"] == values["tolerations"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import secrets as random
 import subprocess
 import sys
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, config
 
 from configmirror.replication.spec import PULL, PULL_ALLOWED, REPLICATE_TO, REPLICATE_TO_MATCHING
@@ -31,24 +29,6 @@ pytestmark = pytest.mark.controlplane
 COMPONENT = REPO / "deploy" / "components" / "secrets"
 TLS, REGISTRY = "wildcard-tls", "registry-credentials"
 USER = "system:serviceaccount:configmirror:configmirror"
-
-
-def component_names() -> tuple[list[str], list[str], list[str]]:
-    """The names in the component's flag, in its RBAC's resourceNames, and in its admission
-    policy's expression."""
-    patch = yaml.safe_load((COMPONENT / "kustomization.yaml").read_text())["patches"][0]
-    flag = next(op["value"] for op in yaml.safe_load(patch["patch"])
-                if op["value"].startswith("--secret-names="))
-    rules = next(d for d in yaml.safe_load_all((COMPONENT / "rbac.yaml").read_text())
-                 if d["kind"] == "ClusterRole")["rules"]
-    policy = next(d for d in yaml.safe_load_all((COMPONENT / "admission.yaml").read_text())
-                  if d["kind"] == "ValidatingAdmissionPolicy")
-    (expression,) = [v["expression"] for v in policy["spec"]["validations"]]
-    listed = re.fullmatch(r"request\.name in (\[.*\])", expression)
-    assert listed is not None, expression
-    return (flag.split("=", 1)[1].split(","),
-            next(r["resourceNames"] for r in rules if "resourceNames" in r),
-            json.loads(listed.group(1)))
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +61,6 @@ def tls_secret(name: str, annotations: dict[str, str], cert: bytes, key: bytes,
         else {"blob": b64(cert)}
     return {"apiVersion": "v1", "kind": "Secret", "type": type_,
             "metadata": {"name": name, "annotations": annotations}, "data": data}
-
-
-def test_the_component_grants_exactly_the_names_it_turns_on() -> None:
-    flag, rbac, admitted = component_names()
-    assert flag == rbac == admitted == [TLS, REGISTRY]
 
 
 def test_the_admission_policy_refuses_the_service_account_a_secret_of_another_name(

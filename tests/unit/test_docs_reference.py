@@ -109,3 +109,40 @@ def test_every_alert_links_its_runbook_by_an_anchor_the_docs_have() -> None:
             assert page == "reference/alerts/", (where, rule["alert"], url)
             assert anchor == rule["alert"].lower() and anchor in anchors, \
                 (where, rule["alert"], url, sorted(anchors))
+
+
+# -- the chart's rules that chart-values.md shows hold what the operator takes ---------------------
+
+def test_the_charts_delete_grace_pattern_takes_exactly_what_the_flag_takes() -> None:
+    """values.schema.json's deleteGrace (a string; a number is checked as one, minimum 0)
+    matches a text exactly when --delete-grace parses it: Go durations, a bare number of
+    seconds, a sign, a negative only when zero."""
+    import itertools
+    import json
+    import random
+
+    from configmirror.operator.settings import parse_duration
+
+    schema = json.loads((REPO / "charts/configmirror/values.schema.json").read_text())
+    node = schema["properties"]["deleteGrace"]
+    assert node["type"] == ["string", "number"] and node["minimum"] == 0
+    pattern = re.compile(node["pattern"], re.ASCII)
+
+    def takes(text: str) -> bool:
+        try:
+            parse_duration(text)
+        except ValueError:
+            return False
+        return True
+
+    written = ["60", "0", "0.5", ".5", "5.", "90s", "10m", "1h30m", "1.5s", "300ms", "1ns", "1us",
+               "1\u00b5s", "1\u03bcs", "+5s", "-0", "-0s", "-0.0m0s", "-.0h", " 60s ", "", " ",
+               "-1s", "-5", "-0.1", "a minute", "1d", "1.2.3s", "s", ".s", "1m 30s", "1e3",
+               "inf", "nan", "0x10", "1_000", "++1s", "+-0", "1h-30m", "1.s", "m1", "1mm"]
+    generated = random.Random(7)
+    alphabet = "0123456789.+-smhun\u00b5 "
+    fuzzed = ["".join(generated.choice(alphabet) for _ in range(generated.randint(1, 7)))
+              for _ in range(3000)]
+    differ = [text for text in itertools.chain(written, fuzzed)
+              if (pattern.search(text) is not None) != takes(text)]
+    assert not differ, differ
