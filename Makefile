@@ -108,7 +108,7 @@ test: $(STAMP) ## the suite: unit, a real local control plane, the chart, the al
 # policy. Tests that need a newer API are marked kubernetes(since=...): deselected there and
 # listed with their reason at the end of its run.
 OLDEST_VERSION := $(shell sed -n 's/^OLDEST_KUBERNETES_VERSION=//p' hack/controlplane/versions.env)
-OLDEST_TESTS := $(addprefix tests/integration/test_,$(addsuffix .py,replication admission secrets informer leaderelection pull source_namespaces policy))
+OLDEST_TESTS := $(addprefix tests/integration/test_,$(addsuffix .py,replication admission secrets kustomize_secrets informer leaderelection pull source_namespaces policy))
 
 .PHONY: test-unit test-integration test-integration-oldest test-image test-release test-node
 # The tiers as folders, each runnable alone (README, Development). test-unit needs no Go, Docker
@@ -159,7 +159,7 @@ docs: $(STAMP) ## the documentation site (MkDocs, Material) into site/, --strict
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 .PHONY: docs-reference
-docs-reference: $(STAMP) ## rewrite docs/reference/ from the code and the chart (flags, metrics, Events, values, alerts)
+docs-reference: $(STAMP) ## rewrite docs/reference/ from the code and the chart (flags, policy, metrics, Events, values, alerts)
 	$(PY) hack/docs_reference.py
 
 .PHONY: fuzz
@@ -217,8 +217,16 @@ run: $(STAMP) ## run the operator on the current kubeconfig context (Ctrl-C stop
 	$(PY) -m configmirror run
 
 .PHONY: image
-image: $(STAMP) ## build the image $(IMAGE) (on python:3.11-slim; on a Debian-built base if that cannot be pulled)
+# No dev venv: hack/wheels.sh builds the wheels with any python3 that has pip, and the image
+# holds configmirror and its run-time dependencies only.
+image: ## build the image $(IMAGE) (on python:3.11-slim; on a Debian-built base if that cannot be pulled)
 	hack/image.sh $(IMAGE)
+
+.PHONY: dist
+# `pip install dist/configmirror-$(VERSION)-py3-none-any.whl` (or `pip install .` in a clone):
+# the commands configmirror and kubectl-configmirror with the run-time dependencies only.
+dist: ## configmirror's wheel into dist/ (no dev venv: any python3 with pip, PYTHON=...)
+	@hack/release/wheel.sh dist
 
 # `make release REGISTRY=ghcr.io/you VERSION=0.1.0`: REGISTRY is yours (no default: we publish
 # nowhere); VERSION must be configmirror's own. COSIGN_KEY (+ COSIGN_PASSWORD) signs, else

@@ -7,19 +7,22 @@
 #
 # ARCH is the base's `platform.machine()` (x86_64, aarch64). They are built or downloaded here,
 # with this host's pip and its trust store, so the image build is offline: it needs no registry
-# access and no CA bundle, and bakes in neither. SOURCE_DATE_EPOCH fixes the wheel's zip times:
-# same source, same bytes, so a builder's cache reuses the install instead of piling up a new
-# layer per build.
+# access and no CA bundle, and bakes in neither. configmirror's wheel is hack/release/wheel.sh's
+# (`make dist`'s): same source, same bytes, so a builder's cache reuses the install instead of
+# piling up a new layer per build. Any python3 with pip does it (PYTHON=..., else .venv/bin/python
+# when there is one, else python3): `make image` needs no dev venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=${1:?usage: hack/wheels.sh DEST PYTHON_VERSION ARCH}
 pyver=${2:?usage: hack/wheels.sh DEST PYTHON_VERSION ARCH}
 arch=${3:?usage: hack/wheels.sh DEST PYTHON_VERSION ARCH}
-python=${PYTHON:-.venv/bin/python}
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+  if [ -x .venv/bin/python ]; then python=.venv/bin/python; else python=python3; fi
+fi
 rm -rf "$dest"
 mkdir -p "$dest/app" "$dest/deps"
-SOURCE_DATE_EPOCH=315532800 "$python" -m pip wheel --quiet --disable-pip-version-check \
-  --no-deps --wheel-dir "$dest/app" .
+PYTHON=$python hack/release/wheel.sh "$dest/app" >/dev/null
 "$python" -m pip download --quiet --disable-pip-version-check --dest "$dest/deps" \
   --only-binary=:all: --implementation cp --python-version "$pyver" \
   --platform "manylinux2014_$arch" --platform "manylinux_2_28_$arch" \

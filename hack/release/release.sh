@@ -17,15 +17,26 @@
 # 3. The chart at oci://REGISTRY/charts/configmirror:VERSION, its default image
 #    REGISTRY/configmirror:VERSION (signed too).
 # 4. dist/: install.yaml (`kubectl kustomize deploy/` with the image pinned by digest), one SBOM
-#    per platform (CycloneDX JSON, by syft, read back from the registry), the chart's .tgz and
-#    checksums.txt (sha256sum -c checksums.txt).
+#    per platform (CycloneDX JSON, by syft, read back from the registry), the chart's .tgz,
+#    configmirror's wheel (`pip install` it: the CLI, run-time dependencies only), the kubectl
+#    plugin for krew (configmirror.yaml, its manifest, and one kubectl-configmirror-VERSION-OS-
+#    ARCH.tar.gz per platform it names: hack/release/krew.py says what they hold) and
+#    checksums.txt (sha256sum -c checksums.txt). The wheel and the plugin are made first: they
+#    need only pip and the package index.
 #
 # A registry on a loopback address (127.0.0.1:5000, localhost:5000) is spoken to over plain
 # HTTP, as Docker does; PLAIN_HTTP=1 forces that for another, PLAIN_HTTP=0 forbids it. Other
 # knobs: BASE_IMAGE (one base for every platform, e.g. the official python image; default: the
 # official image where it can be pulled, else one built from Debian's packages per platform),
-# DIST (default dist), KUBECTL. Credentials for the registry are the tools' own (buildah,
-# helm and cosign read ~/.docker/config.json and their logins).
+# DIST (default dist), KUBECTL, PYTHON (a python3 with pip; `make release` passes the venv's).
+# The plugin's: KREW_PLATFORMS (default linux/amd64,linux/arm64,darwin/amd64,darwin/arm64),
+# KREW_PYTHONS (the CPythons it holds compiled dependencies for, default 3.11,3.12,3.13,3.14),
+# KREW_URI_BASE (the URL dist/'s files are downloaded from, the manifest's uri: URI_BASE/<archive>)
+# and KREW_HOMEPAGE; on GitHub Actions they default to this repository's release of vVERSION and
+# the repository, elsewhere to file:// URLs of this machine's dist/ and checkout (what
+# `kubectl krew install --manifest=dist/configmirror.yaml --archive=dist/<archive>` needs).
+# Credentials for the registry are the tools' own (buildah, helm and cosign read
+# ~/.docker/config.json and their logins).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -134,8 +145,40 @@ fi
 
 mkdir -p "$work" "$dist"
 # Only what a release writes there goes: DIST may be a folder that holds other things.
-rm -f "$dist/install.yaml" "$dist"/sbom-linux-*.cdx.json "$dist"/configmirror-*.tgz "$dist/checksums.txt"
+rm -f "$dist/install.yaml" "$dist"/sbom-linux-*.cdx.json "$dist"/configmirror-*.tgz "$dist/checksums.txt" \
+  "$dist"/configmirror-*.whl "$dist/configmirror.yaml" "$dist"/kubectl-configmirror-*.tar.gz
 [ -z "${COSIGN_KEY:-}" ] || printf '%s\n' "$pub" >"$work/cosign.pub"
+
+# -- 0. the wheel and the kubectl plugin (krew): only pip and the index, so first ---------------
+python=${PYTHON:-python3}
+wheel=$(PYTHON=$python hack/release/wheel.sh "$work/wheel" | tail -n 1)
+cp "$wheel" "$dist/"
+if [ -n "${GITHUB_REPOSITORY:-}" ]; then
+  github=${GITHUB_SERVER_URL:-https://github.com}/$GITHUB_REPOSITORY
+  krew_homepage=${KREW_HOMEPAGE:-$github}
+  krew_uri_base=${KREW_URI_BASE:-$github/releases/download/v$version}
+else
+  krew_homepage=${KREW_HOMEPAGE:-file://$repo}
+  krew_uri_base=${KREW_URI_BASE:-file://$(realpath "$dist")}
+  [ -n "${KREW_URI_BASE:-}" ] || log "krew: KREW_URI_BASE is not set: the manifest's uri is this" \
+    "machine's dist/ (kubectl krew install --manifest=... --archive=... takes it); set it to" \
+    "where dist/'s files will be downloaded from to publish the plugin"
+fi
+krew_archives=()
+krew_pythons=${KREW_PYTHONS:-3.11,3.12,3.13,3.14}
+krew_platforms=${KREW_PLATFORMS:-linux/amd64,linux/arm64,darwin/amd64,darwin/arm64}
+for platform in ${krew_platforms//,/ }; do
+  os=${platform%%/*} arch=${platform#*/}
+  archive=$dist/kubectl-configmirror-$version-$os-$arch.tar.gz
+  "$python" hack/release/krew.py wheelhouse --os "$os" --arch "$arch" --pythons "$krew_pythons" \
+    "$wheel" "$work/krew/$os-$arch"
+  "$python" hack/release/krew.py archive "$work/krew/$os-$arch" LICENSE "$archive"
+  krew_archives+=("$platform=$archive")
+done
+"$python" hack/release/krew.py manifest --version "$version" --homepage "$krew_homepage" \
+  --uri-base "$krew_uri_base" "$dist/configmirror.yaml" "${krew_archives[@]}"
+log "the wheel $(basename "$wheel") and the kubectl plugin for krew ($krew_platforms; CPython" \
+  "$krew_pythons): dist/configmirror.yaml"
 
 # -- 1. one image per platform, into one index ------------------------------------------------
 official=$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile)
@@ -285,7 +328,8 @@ if [ "$signed" = 1 ]; then
   log "signed the index, each image (and its SBOM attestation) and the chart with $signer"
 fi
 
-(cd "$dist" && sha256sum -- install.yaml sbom-*.cdx.json "configmirror-$version.tgz" >checksums.txt)
+(cd "$dist" && sha256sum -- install.yaml sbom-*.cdx.json "configmirror-$version.tgz" \
+  "$(basename "$wheel")" configmirror.yaml kubectl-configmirror-"$version"-*.tar.gz >checksums.txt)
 log "dist/: $(cd "$dist" && echo *)"
 if [ "$signed" = 1 ]; then
   log "done: configmirror $version, signed"

@@ -5,7 +5,8 @@ Here PyPI's certificate verifies only with this machine's CA bundle, which the b
 way the Dockerfile documents it: a BuildKit secret, mounted for the one RUN that downloads.
 The test then reads every layer of the image (`docker save`) and proves none holds a
 certificate of that bundle that the base image did not ship, nor the bundle itself.
-`make image` (the offline target) is what tests/image/test_pod.py builds and runs.
+`make image` (the offline target) is what tests/image/test_pod.py builds and runs; both images
+hold configmirror and its run-time dependencies only, no test or lint package (checked here).
 """
 
 from __future__ import annotations
@@ -26,8 +27,14 @@ import pytest
 from configmirror import __version__
 from configmirror_testing.cluster import REPO, missing, require_docker
 from configmirror_testing.pod import docker, remove_image
+from tests.unit.test_packaging import forbidden, normalized
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
+# Each installed distribution and the names its Requires-Dist lists outside any extra, read
+# inside an image by its own Python (the image has no pip: `pip list` is not there to ask).
+REQUIRES = ("import importlib.metadata as m, json, re; print(json.dumps({d.metadata['Name']: "
+            "[re.match(r'[A-Za-z0-9._-]+', r).group() for r in d.requires or [] "
+            "if 'extra ==' not in r] for d in m.distributions()}))")
 PEM = re.compile(rb"-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+?-----END CERTIFICATE-----")
 
 
@@ -161,3 +168,26 @@ def test_no_layer_holds_the_build_secret_or_a_certificate_the_base_did_not_ship(
     env = json.loads(docker("image", "inspect", image).stdout)[0]["Config"]["Env"]
     assert not [e for e in env if e.split("=")[0] in ("PIP_CERT", "SSL_CERT_FILE",
                                                       "REQUESTS_CA_BUNDLE")], env
+
+
+@pytest.mark.parametrize("build", ["docker build .", "make image"])
+def test_the_image_holds_configmirror_and_its_runtime_dependencies_only(
+        build: str, request: pytest.FixtureRequest) -> None:
+    image = request.getfixturevalue("built")[0] if build == "docker build ." \
+        else request.getfixturevalue("image")  # tests/fixtures.py: hack/image.sh, make image's
+    done = docker("run", "--rm", "--network", "none", "--entrypoint", "python", image,
+                  "-c", REQUIRES)
+    requires = {normalized(name): {normalized(r) for r in reqs}
+                for name, reqs in json.loads(done.stdout).items()}
+    installed = set(requires)
+    assert {"configmirror", "kubernetes", "prometheus-client", "pyyaml", "orjson"} <= installed
+    assert not installed & forbidden(), sorted(installed & forbidden())
+    # Nothing but what configmirror needs: each distribution reached from it by Requires-Dist.
+    reached: set[str] = set()
+    queue = ["configmirror"]
+    while queue:
+        name = queue.pop()
+        if name not in reached:
+            reached.add(name)
+            queue += requires.get(name, set())
+    assert installed <= reached, sorted(installed - reached)

@@ -13,8 +13,8 @@ substituted, each where it happens below:
   (its offline base where python:3.11-slim cannot be pulled); under `make cluster-test` it is
   configmirror:0.1.0 itself. Loaded as the README does; if its tag is another, the node's
   containerd also names it by the README's tag, since deploy/ runs that one.
-- `make venv && export PATH=...`: the suite runs from the venv already; its bin folder goes
-  first on PATH, and the suite's kubectl (the control plane's, version-matched to the node
+- `make dist && pip install dist/configmirror-*.whl`: the suite runs from its venv, which has
+  configmirror installed already; its bin folder goes first on PATH, and the suite's kubectl (the control plane's, version-matched to the node
   image) stands for `kubectl`.
 """
 
@@ -67,8 +67,8 @@ def test_the_readme_kind_quickstart_replicates_the_example_and_status_says_in_sy
     assert [c[:2] for c in commands] == [
         ["kind", "create"], ["make", "image"], ["kind", "load"], ["kubectl", "apply"],
         ["kubectl", "-n"], ["kubectl", "apply"], ["kubectl", "label"], ["kubectl", "apply"],
-        ["kubectl", "get"], ["make", "venv"], ["kubectl", "configmirror"]], commands
-    create, _make_image, load, *applies, listing, _venv, status = commands
+        ["kubectl", "get"], ["make", "dist"], ["kubectl", "configmirror"]], commands
+    create, _make_image, load, *applies, listing, _install, status = commands
     readme_name = create[create.index("--name") + 1]
     env = {**os.environ, **kind_cluster.env, "KUBECONFIG": str(kind_cluster.kubeconfig),
            "PATH": os.pathsep.join([str(Path(sys.executable).parent),

@@ -4,12 +4,14 @@ The session's release (tests/fixtures.py) is `make release` into Debian's docker
 on 127.0.0.1 (plain HTTP), signed with a key pair made for the session. What is read back: the
 OCI image index and its two platforms, the images themselves (run under Docker, the arm64 one
 under qemu), cosign's signatures and attestations, the chart with `helm pull oci://`,
-install.yaml's digest, the SBOMs and checksums.txt. And the refusals: no REGISTRY, a VERSION
-that is not configmirror's, no key without UNSIGNED=1.
+install.yaml's digest, the SBOMs, the wheel, the kubectl plugin for krew (its manifest and
+archives; the one for this machine installed as krew does and run) and checksums.txt. And the
+refusals: no REGISTRY, a VERSION that is not configmirror's, no key without UNSIGNED=1.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -33,6 +35,7 @@ from configmirror_testing.release import (
     make_release,
     publish,
 )
+from tests.unit.test_packaging import base_python, host_platform, krew_install
 
 # The first test's setup may run a cold `make release`: cosign and syft built from Go modules,
 # the arm64 base's packages configured under emulation.
@@ -294,6 +297,40 @@ def test_the_sbom_lists_the_images_python_and_debian_packages_with_versions(
     assert missing == [], missing
     debian = {p.split("@")[0] for p in purls if p.startswith("pkg:deb/debian/")}
     assert {"pkg:deb/debian/libc6", "pkg:deb/debian/python3.11"} <= debian, sorted(debian)[:10]
+
+
+def test_dist_holds_the_wheel_and_the_krew_plugin_whose_archive_installs_and_runs(
+        release: Release, tmp_path: Path) -> None:
+    assert (release.dist / f"configmirror-{__version__}-py3-none-any.whl").is_file()
+    manifest = yaml.safe_load((release.dist / "configmirror.yaml").read_text())
+    assert (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"]) == (
+        "krew.googlecontainertools.github.com/v1alpha2", "Plugin", "configmirror")
+    assert manifest["spec"]["version"] == f"v{__version__}"
+    platforms = {"{os}/{arch}".format(**p["selector"]["matchLabels"]): p
+                 for p in manifest["spec"]["platforms"]}
+    assert platforms.keys() == {"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"}
+    archives = {}
+    for name, entry in platforms.items():
+        archive = release.dist / (
+            f"kubectl-configmirror-{__version__}-{name.replace('/', '-')}.tar.gz")
+        # No KREW_URI_BASE: this machine's dist/ (on GitHub Actions, the repository's release).
+        assert entry["uri"].endswith(f"/{archive.name}"), entry["uri"]
+        assert entry["uri"].startswith(("file:///", "https://")), entry["uri"]
+        assert hashlib.sha256(archive.read_bytes()).hexdigest() == entry["sha256"]
+        assert entry["bin"] == "kubectl-configmirror"
+        archives[name] = archive
+    assert {p.name for p in release.dist.glob("kubectl-configmirror-*")} \
+        == {a.name for a in archives.values()}
+    os_name, arch = host_platform()
+    bin_dir = krew_install(manifest, archives[f"{os_name}/{arch}"], tmp_path / "krew")
+    (tmp_path / "python").mkdir()
+    (tmp_path / "python" / "python3").symlink_to(base_python())
+    env = {"PATH": f"{bin_dir}:{tmp_path / 'python'}", "HOME": str(tmp_path)}
+    assert run(base_python(), "-I", "-S", bin_dir / "kubectl-configmirror", "version"
+               ).stdout.strip() == f"configmirror {__version__}"
+    done = subprocess.run(["kubectl-configmirror", "--help"], capture_output=True, text=True,
+                          env=env, timeout=120, check=True)
+    assert done.stdout.startswith("usage: kubectl configmirror"), done.stdout[:200]
 
 
 def test_checksums_txt_covers_every_file_of_dist_and_they_match(release: Release) -> None:
