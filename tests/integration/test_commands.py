@@ -103,7 +103,8 @@ def test_wait_says_in_sync_and_a_missing_source_or_a_broken_context_is_an_error(
     src, team = namespaces(), namespaces()
     cluster.core.create_namespaced_config_map(src, configmap("cfg", {REPLICATE_TO: team}))
     wait_replica(cluster, team)
-    done = command("wait", "-n", src, "cm/cfg", "--timeout=30s", "-o", "json",
+    # -o before the command, as kubectl users write it.
+    done = command("-o", "json", "wait", "-n", src, "cm/cfg", "--timeout=30s",
                    kubeconfig=cluster.kubeconfig)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)

@@ -220,3 +220,9 @@ def test_kubectl_configmirror_status_runs_through_kubectl(
     assert f"configmap {src}/cfg: 0/1 target(s) in sync" in done.stdout
     bad = kubectl("configmirror", "status", "not-a-key")
     assert bad.returncode == 1 and bad.stderr.startswith("kubectl configmirror: "), bad.stderr
+    # kubectl's habit: the namespace and the output before the command.
+    first = kubectl("configmirror", "-n", src, "-o", "json", "status", "cfg")
+    assert first.returncode == 0, first.stderr
+    assert [s["source"] for s in json.loads(first.stdout)["sources"]] == [f"{src}/cfg"]
+    planned = kubectl("configmirror", "-n", src, "plan")
+    assert planned.returncode == 2 and f"{src}/cfg: out of sync" in planned.stdout, planned
