@@ -26,8 +26,8 @@ import pytest
 
 from configmirror import __version__
 from configmirror_testing.cluster import REPO, missing, require_docker
+from configmirror_testing.packaging import forbidden, normalized
 from configmirror_testing.pod import docker, remove_image
-from tests.unit.test_packaging import forbidden, normalized
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(1800)]
 # Each installed distribution and the names its Requires-Dist lists outside any extra, read

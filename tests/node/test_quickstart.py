@@ -14,8 +14,8 @@ substituted, each where it happens below:
   configmirror:0.1.0 itself. Loaded as the README does; if its tag is another, the node's
   containerd also names it by the README's tag, since deploy/ runs that one.
 - `make dist && pip install dist/configmirror-*.whl`: the suite runs from its venv, which has
-  configmirror installed already; its bin folder goes first on PATH, and the suite's kubectl (the control plane's, version-matched to the node
-  image) stands for `kubectl`.
+  configmirror installed already; its bin folder goes first on PATH, and the suite's kubectl
+  (the control plane's, version-matched to the node image) stands for `kubectl`.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from configmirror import __version__
 from configmirror_testing.cluster import REPO, require_docker
 from configmirror_testing.controlplane import find_assets
 from configmirror_testing.helm import Helm
+from configmirror_testing.packaging import base_python, host_platform, krew_install
 from configmirror_testing.pod import docker
 from configmirror_testing.registry import OCI_INDEX, OCI_MANIFEST, Manifest, Registry
 from configmirror_testing.release import (
@@ -35,7 +36,6 @@ from configmirror_testing.release import (
     make_release,
     publish,
 )
-from tests.unit.test_packaging import base_python, host_platform, krew_install
 
 # The first test's setup may run a cold `make release`: cosign and syft built from Go modules,
 # the arm64 base's packages configured under emulation.

