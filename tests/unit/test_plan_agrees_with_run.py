@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from configmirror.client.events import ClusterRecorder
 from configmirror.client.store import Store
 from configmirror.clock import FakeClock
 from configmirror.controller.reconcile import ReconcileError
@@ -38,8 +39,10 @@ from configmirror.controller.workqueue import WorkQueue
 from configmirror.operator.memory import Memory
 from configmirror.operator.replicator import MUTATED, Replicator
 from configmirror.replication.admission import ADMITTED
+from configmirror.replication.clusters import MEMBER_NAMESPACE, MemberCaches, for_cluster
 from configmirror.replication.model import (
     CONTENT_HASH,
+    DEFAULT_RULES,
     REPLICA_OF,
     SOURCE,
     CachedObject,
@@ -47,7 +50,9 @@ from configmirror.replication.model import (
     Key,
     Namespace,
     namespace_from_json,
+    object_from_json,
     object_indexers,
+    source_key,
     target_key,
 )
 from configmirror.replication.plan import (
@@ -58,6 +63,7 @@ from configmirror.replication.plan import (
     plan_source,
     pull_refusals,
     unserved_pulls,
+    wants,
 )
 from configmirror.replication.routing import namespace_keys, object_keys, resync_keys
 from configmirror.replication.spec import (
@@ -67,8 +73,11 @@ from configmirror.replication.spec import (
     PULL_ALLOWED,
     PULL_ALLOWED_MATCHING,
     REPLICATE_TO,
+    REPLICATE_TO_CLUSTERS,
+    REPLICATE_TO_CLUSTERS_MATCHING,
     REPLICATE_TO_MATCHING,
     SOURCE_ANNOTATIONS,
+    SOURCE_CLUSTER,
     SYNC,
     Scope,
 )
@@ -407,3 +416,246 @@ def test_a_resync_that_leaves_replicas_to_their_sources_misses_no_work(world: Wo
         decision = decide(obj.namespace, obj.name, obj, caches, SCOPE, grace)
         if decision.action is not None or decision.conflicts:
             assert (obj.namespace, obj.name) in planned, (obj.key, decision)
+
+
+# -- a fleet: the home cluster and up to two members ------------------------------------------
+#
+# The same rule across clusters: sources in the home cluster pick clusters (replicate-to-
+# clusters and -matching; neither: home only); a member's objects are its own (replicas of
+# this home, marked with its name; another home's; someone's own). Each cluster is planned
+# with its own view (clusters.MemberCaches over the home's sources) and run by its own
+# replicator against its own server, as operator/fleet runs it.
+
+HOME = "local"
+MEMBER_NAMES = ("b", "c")
+CLUSTERS = ({}, {}, {REPLICATE_TO_CLUSTERS: "*"}, {REPLICATE_TO_CLUSTERS: "b"},
+            {REPLICATE_TO_CLUSTERS: "local,c"}, {REPLICATE_TO_CLUSTERS: "*,!b"},
+            {REPLICATE_TO_CLUSTERS_MATCHING: "region=eu"},
+            {REPLICATE_TO_CLUSTERS: "b", REPLICATE_TO_CLUSTERS_MATCHING: "region in (us)"},
+            {REPLICATE_TO_CLUSTERS: "b,["})  # invalid
+FLEET_SCOPE = Scope.from_flags("*", "kube-*", "push!=no", cluster=HOME)
+
+
+@dataclass
+class MemberWorld:
+    labels: dict[str, str]
+    namespaces: dict[str, dict[str, Any]]
+    objects: dict[str, dict[str, Any]]
+    admission: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Fleet:
+    home: World
+    members: dict[str, MemberWorld]
+
+
+def member_cached(raw: dict[str, Any]) -> CachedObject:
+    """A member's object as its informer keeps it: never a source; ours when marked HOME."""
+    return object_from_json(copy.deepcopy(raw), DEFAULT_RULES, CONFIGMAP, HOME, False)
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> Fleet:
+    home = draw(worlds())
+    # Sources pick clusters too (a source's annotations, added to what worlds() drew).
+    for obj in home.objects.values():
+        annotations = obj["metadata"].get("annotations")
+        if annotations is not None and set(SOURCE_ANNOTATIONS) & set(annotations):
+            annotations.update(draw(st.sampled_from(CLUSTERS)))
+    sources = [o for o in home.objects.values()
+               if set(SOURCE_ANNOTATIONS) & set(o["metadata"].get("annotations") or {})]
+    members = {}
+    for name in MEMBER_NAMES[:draw(st.integers(0, 2))]:
+        labels = {"region": draw(st.sampled_from(["eu", "us"]))} if draw(st.booleans()) else {}
+        namespaces: dict[str, dict[str, Any]] = {}
+        for space in NAMESPACES:
+            if not draw(st.booleans()):
+                continue
+            meta: dict[str, Any] = {"name": space, "resourceVersion": "1",
+                                    "uid": f"{name}-n-{space}", "labels": {}}
+            if draw(st.booleans()):
+                meta["labels"]["env"] = draw(st.sampled_from(["prod", "dev"]))
+            if draw(st.integers(0, 5)) == 0:
+                meta["labels"]["configmirror.io/ignore"] = "true"
+            if pull := draw(st.sampled_from(PULLS)):
+                meta["annotations"] = {PULL: pull}
+            namespaces[space] = {"metadata": meta}
+        if draw(st.integers(0, 3)) == 0:  # the member side's own namespace
+            namespaces[MEMBER_NAMESPACE] = {"metadata": {
+                "name": MEMBER_NAMESPACE, "resourceVersion": "1", "uid": f"{name}-n-member"}}
+        objects: dict[str, dict[str, Any]] = {}
+        for space in namespaces:
+            for cm in NAMES:
+                key = f"{space}/{cm}"
+                occupant = draw(st.sampled_from(["none", "none", "replica", "replica",
+                                                 "foreign", "other home", "unmarked"]))
+                owners = [s for s in sources if s["metadata"]["name"] == cm]
+                if occupant == "foreign":
+                    objects[key] = {"metadata": {"namespace": space, "name": cm,
+                                                 "uid": f"{name}-f-{key}",
+                                                 "resourceVersion": "1"},
+                                    "data": {"mine": "1"}}
+                    continue
+                if occupant == "none" or not owners:
+                    continue
+                origin = copy.deepcopy(draw(st.sampled_from(owners)))
+                if draw(st.booleans()):
+                    origin["data"] = {"k": "old"}
+                written = cached(origin)
+                assert written.compiled is not None
+                if occupant == "replica":
+                    written = replace(written, compiled=for_cluster(written.compiled, HOME))
+                elif occupant == "other home":
+                    written = replace(written, compiled=for_cluster(written.compiled, "other"))
+                replica = copy.deepcopy(desired_body(written, space))
+                replica["metadata"].update(uid=f"{name}-r-{key}", resourceVersion="1")
+                if draw(st.integers(0, 4)) == 0:
+                    replica["data"] = {"k": "by hand"}
+                objects[key] = replica
+        admission = {n: a for n in namespaces
+                     if (a := draw(st.sampled_from(["", "", "label", "data"])))}
+        members[name] = MemberWorld(labels, namespaces, objects, admission)
+    return Fleet(home, members)
+
+
+def home_caches(fleet: Fleet) -> Caches:
+    caches, _, _ = caches_of(fleet.home)
+    return caches
+
+
+def member_caches(fleet: Fleet, name: str, home: Caches
+                  ) -> tuple[MemberCaches, Store[CachedObject], Store[Namespace]]:
+    world = fleet.members[name]
+    objects: Store[CachedObject] = Store(object_indexers())
+    objects.replace({k: member_cached(v) for k, v in world.objects.items()})
+    spaces: Store[Namespace] = Store()
+    spaces.replace({k: namespace_from_json(v) for k, v in world.namespaces.items()})
+    return MemberCaches(home, objects, spaces, HOME), objects, spaces
+
+
+def member_scope(fleet: Fleet, name: str) -> Scope:
+    return FLEET_SCOPE.for_cluster(name, fleet.members[name].labels, MEMBER_NAMESPACE)
+
+
+def plan_member(fleet: Fleet, name: str) -> list[Any]:
+    caches, _, _ = member_caches(fleet, name, home_caches(fleet))
+    keys = {s.key for s in caches.sources()} | set(caches.replicated_sources())
+    grace = Grace.from_now(fleet.home.grace)
+    return [plan_source(k, caches, caches.get, member_scope(fleet, name), grace)
+            for k in sorted(keys)]
+
+
+def run_member(fleet: Fleet, name: str) -> tuple[FakeKube, RecordingRecorder]:
+    """A member's workers, as operator/fleet runs them: its own server, caches and queue;
+    the home's sources; every home source's key queued once its caches have synced."""
+    world = fleet.members[name]
+    clock = FakeClock(START)
+    server = FakeKube(copy.deepcopy(world.objects), clock,
+                      admission={n: ADMISSIONS[a] for n, a in world.admission.items()})
+    recorder = RecordingRecorder()
+    home = home_caches(fleet)
+    caches, objects, spaces = member_caches(fleet, name, home)
+    scope = member_scope(fleet, name)
+    listed = [server.revision]
+    replicator = Replicator(server, caches, scope,  # type: ignore[arg-type]
+                            ClusterRecorder(recorder, name),  # type: ignore[arg-type]
+                            Memory(lambda key: listed[0], fleet.home.grace, clock),
+                            reports_sources=False)
+    queue: WorkQueue[Key] = WorkQueue(clock=clock)
+    for namespace in spaces.values():
+        for key in namespace_keys(CONFIGMAP, None, namespace, caches.sources(),
+                                  caches.source_namespace, scope):
+            queue.add(key)
+    for obj in objects.values():
+        for key in resync_keys(CONFIGMAP, obj, caches.source, caches.sources_named, home=False):
+            queue.add(key)
+    for source in caches.sources():
+        queue.add(source_key(CONFIGMAP, source.namespace, source.name))
+    for _ in range(10):
+        written = len(server.writes)
+        while True:
+            if (key := queue.get()) is None:
+                if not queue.counts()[2]:
+                    break
+                clock.step(fleet.home.grace)
+                continue
+            try:
+                result = replicator.reconcile(key)
+            except ReconcileError as err:
+                raise AssertionError(f"{name}: {key}: {err}") from None
+            for follow_up in result.follow_up:
+                queue.add(follow_up)  # type: ignore[arg-type]
+            if result.requeue_after:
+                queue.add_after(key, result.requeue_after)
+            queue.done(key)
+        assert replicator.pending_removals() == 0
+        if len(server.writes) == written:
+            return server, recorder
+        deleted, changed = objects.replace({k: member_cached(v)
+                                            for k, v in server.objects.items()})
+        listed[0] = server.revision
+        for old, new in [*((old, None) for old in deleted.values()), *changed.values()]:
+            for key in object_keys(CONFIGMAP, old, new, caches.sources_named, home=False):
+                queue.add(key)
+    raise AssertionError(f"{name}: still writing after 10 rounds: {writes(server)}")
+
+
+@settings(max_examples=200)
+@given(fleets())
+def test_in_every_cluster_of_a_fleet_what_plan_lists_is_what_the_workers_write(
+        fleet: Fleet) -> None:
+    # The home cluster as before, under the home's name (a source that picks only members
+    # leaves it alone).
+    home = World(fleet.home.namespaces, fleet.home.objects, fleet.home.grace,
+                 fleet.home.admission)
+    for name, world in fleet.members.items():
+        plans = plan_member(fleet, name)
+        server, recorder = run_member(fleet, name)
+        done = Counter(writes(server))
+        member_as_world = World(world.namespaces, world.objects, fleet.home.grace,
+                                world.admission)
+        assert done == expected_writes(plans, member_as_world), name
+        for verb, where, _, _ in done:
+            assert verb not in ("create", "update") or not where.startswith(
+                f"{MEMBER_NAMESPACE}/"), "the member side's namespace gets no replica"
+            stored = server.objects.get(where)
+            if verb in ("create", "update") and stored is not None:
+                assert stored["metadata"]["annotations"][SOURCE_CLUSTER] == HOME
+        conflicts = {(r, obj, m.split(" ", 2)[2].split(" ", 1)[0]) for r, obj, m
+                     in recorder.warnings if r == "TargetConflict"}
+        assert conflicts == {("TargetConflict", c.source, f"{c.namespace}/{c.name}")
+                             for p in plans for c in p.conflicts}, name
+        assert all(m.startswith(f"cluster {name}: ") for _, _, m in recorder.warnings)
+        assert not [r for r, _, _ in recorder.warnings if r in ("InvalidSpec",
+                                                                "SourceNotAllowed")]
+        # What the workers did is all there is to do, and a restart writes nothing.
+        converged = Fleet(home, {**fleet.members, name: MemberWorld(
+            world.labels, world.namespaces, server.objects, world.admission)})
+        assert [(p.source, p.actions) for p in plan_member(converged, name) if p.actions] == []
+        restarted, _ = run_member(converged, name)
+        assert restarted.writes == [], f"{name}: a restart writes nothing"
+
+
+@settings(max_examples=100)
+@given(fleets())
+def test_a_source_reaches_a_member_exactly_when_its_cluster_annotations_pick_it(
+        fleet: Fleet) -> None:
+    home = home_caches(fleet)
+    for name, world in fleet.members.items():
+        scope = member_scope(fleet, name)
+        caches, _, spaces = member_caches(fleet, name, home)
+        for source in caches.sources():
+            spec = source.compiled.spec if source.compiled is not None else None
+            annotations = (fleet.home.objects[source.key]["metadata"].get("annotations")
+                           or {})
+            picked = spec is not None and (
+                (REPLICATE_TO_CLUSTERS in annotations
+                 and spec.cluster_patterns is not None
+                 and spec.cluster_patterns.matches(name))
+                or (REPLICATE_TO_CLUSTERS_MATCHING in annotations
+                    and spec.cluster_selector is not None
+                    and spec.cluster_selector.matches(world.labels)))
+            for namespace in spaces.values():
+                if wants(source, namespace, scope):
+                    assert picked, (name, source.key, namespace.name)

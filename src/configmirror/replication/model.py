@@ -45,9 +45,12 @@ from configmirror.replication.spec import (
     PULL_ALLOWED_MATCHING,
     REPLICA_TYPE,
     REPLICATE_TO,
+    REPLICATE_TO_CLUSTERS,
+    REPLICATE_TO_CLUSTERS_MATCHING,
     REPLICATE_TO_MATCHING,
     SERVICE_ACCOUNT_TOKEN,
     SOURCE_ANNOTATIONS,
+    SOURCE_CLUSTER,
     SYNC,
     InvalidSpec,
     Lifecycle,
@@ -307,7 +310,9 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
     payload = _payload(raw, kind)
     try:
         spec = parse_spec(annotations.get(REPLICATE_TO), annotations.get(REPLICATE_TO_MATCHING),
-                          annotations.get(PULL_ALLOWED), annotations.get(PULL_ALLOWED_MATCHING))
+                          annotations.get(PULL_ALLOWED), annotations.get(PULL_ALLOWED_MATCHING),
+                          annotations.get(REPLICATE_TO_CLUSTERS),
+                          annotations.get(REPLICATE_TO_CLUSTERS_MATCHING))
         copied = parse_copied(annotations.get(COPY_LABELS), annotations.get(COPY_ANNOTATIONS),
                               annotations.get(COPY_KEYS))
         lifecycle = parse_lifecycle(annotations.get(ON_DELETE), annotations.get(SYNC))
@@ -335,13 +340,20 @@ def compile_source(key: str, labels: Mapping[str, str], annotations: Mapping[str
 # -- transforms (the informers') ------------------------------------------------------------
 
 
-def object_transform(kind: Kind, rules: ReplicaRules) -> Callable[[dict[str, Any]], CachedObject]:
-    """An informer's transform for `kind` under the operator's drop rules."""
-    return lambda raw: object_from_json(raw, rules, kind)
+def object_transform(kind: Kind, rules: ReplicaRules, source_cluster: str = "",
+                     sources: bool = True) -> Callable[[dict[str, Any]], CachedObject]:
+    """An informer's transform for `kind` under the operator's drop rules (`object_from_json`:
+    in a member cluster, `source_cluster` is the home cluster's name and `sources` False)."""
+    return lambda raw: object_from_json(raw, rules, kind, source_cluster, sources)
 
 
-def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind) -> CachedObject:
-    """Keep a source's compiled content, and only a digest of anything else."""
+def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind,
+                     source_cluster: str = "", sources: bool = True) -> CachedObject:
+    """Keep a source's compiled content, and only a digest of anything else.
+
+    Ours is a replica whose SOURCE_CLUSTER mark is `source_cluster`: none in the home cluster,
+    the home cluster's name in a member (where an object of another home's is foreign). In a
+    member (`sources` False) nothing is a source: they are the home cluster's."""
     meta = raw.get("metadata") or {}
     labels: dict[str, str] = meta.get("labels") or {}
     annotations: dict[str, str] = meta.get("annotations") or {}
@@ -350,9 +362,10 @@ def object_from_json(raw: dict[str, Any], rules: ReplicaRules, kind: Kind) -> Ca
     # Ours only with our label and a replica-of that names a source of the same name: we
     # write nothing else, so anything else is someone's own object.
     is_replica = labels.get(REPLICA_LABEL) == "true" and \
-        annotations.get(REPLICA_OF, "").partition("/")[2] == name != ""
+        annotations.get(REPLICA_OF, "").partition("/")[2] == name != "" and \
+        annotations.get(SOURCE_CLUSTER, "") == source_cluster
     compiled = None
-    if not annotations.keys().isdisjoint(SOURCE_ANNOTATIONS):  # one C call, no generator
+    if sources and not annotations.keys().isdisjoint(SOURCE_ANNOTATIONS):  # one C call
         compiled = compile_source(f"{namespace}/{name}", labels, annotations, raw, rules, kind)
     digest, entries, admitted = replica_form(raw, kind) if is_replica else ("", None, NONE)
     return CachedObject(
@@ -541,9 +554,20 @@ class Caches:
         self.kind = kind
 
     def get(self, key: str) -> CachedObject | None:
+        """The object `key` ("ns/name") in this cluster: a replica, or what is in its place."""
+        return self.objects.get(key)
+
+    def source(self, key: str) -> CachedObject | None:
+        """Source `key` (or the object there now: a source may stop being one). Here, in the
+        home cluster, an object of this cluster (a member's view: clusters.MemberCaches)."""
         return self.objects.get(key)
 
     def namespace(self, name: str) -> Namespace | None:
+        """A namespace of this cluster: where replicas go."""
+        return self.namespaces.get(name)
+
+    def source_namespace(self, name: str) -> Namespace | None:
+        """A namespace of the home cluster, where sources live (here the same)."""
         return self.namespaces.get(name)
 
     def all_namespaces(self) -> list[Namespace]:

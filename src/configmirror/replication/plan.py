@@ -149,6 +149,7 @@ def wants(source: CachedObject, namespace: Namespace, scope: Scope) -> bool:
     It pushes there, or the namespace pulls it and it allows that namespace to."""
     compiled = source.compiled
     return (compiled is not None and compiled.spec is not None
+            and scope.reaches(compiled.spec)
             and scope.may_target(source.namespace, namespace)
             and (compiled.spec.wants(namespace)
                  or (bool(namespace.pulls.entries)  # the common case: no pulls at all
@@ -193,9 +194,9 @@ def pull_refusals(namespace: Namespace, caches: Caches, scope: Scope,
     refusals = []
     for key in pulls_of(kind, namespace):
         entry = pull_entry(kind.pull_name, key)
-        source = caches.get(key)
+        source = caches.source(key)
         compiled = source.compiled if source is not None else None
-        home = caches.namespace(source.namespace) if source is not None else None
+        home = caches.source_namespace(source.namespace) if source is not None else None
         if names and key.partition("/")[2] not in names:
             reason = (f"the operator replicates only the {kind.name}s named in "
                       f"--secret-names ({', '.join(names)})")
@@ -209,6 +210,9 @@ def pull_refusals(namespace: Namespace, caches: Caches, scope: Scope,
                       else f"namespace {source.namespace} is not known yet")
         elif compiled.spec is None:
             reason = f"its source has an invalid spec: {compiled.invalid}"
+        elif not scope.reaches(compiled.spec):
+            reason = (f"{key} does not reach cluster {scope.cluster} (its configmirror.io/"
+                      f"replicate-to-clusters and replicate-to-clusters-matching)")
         elif not scope.may_target(source.namespace, namespace):
             reason = (f"namespace {namespace.name} never receives replicas (the source's own "
                       f"namespace, the operator's, labelled configmirror.io/ignore=true, "
@@ -289,7 +293,8 @@ def decide(namespace: str, name: str, current: CachedObject | None, caches: Cach
 def _contenders(sources: Iterable[CachedObject], caches: Caches, scope: Scope
                 ) -> list[CachedObject]:
     """The honoured sources among `sources` (of one name), oldest first."""
-    return sorted((s for s in sources if honoured(s, caches.namespace(s.namespace), scope)),
+    return sorted((s for s in sources if honoured(s, caches.source_namespace(s.namespace),
+                                                  scope)),
                   key=seniority)
 
 
@@ -332,8 +337,8 @@ def _decide(namespace: str, name: str, current: CachedObject | None, ns: Namespa
         return Decision(namespace, name, Action(
             _change(current, owner), namespace, name, current.resource_version,
             "differs from the source", owner_key), owner, conflicts)
-    source = caches.get(owner_key)
-    home = caches.namespace(source.namespace) if source is not None else None
+    source = caches.source(owner_key)
+    home = caches.source_namespace(source.namespace) if source is not None else None
     if source is not None and source.compiled is not None and (
             home is None  # its namespace is not cached yet: decide nothing
             or (scope.honours(home) and source.compiled.invalid is not None)):  # a typo
@@ -448,6 +453,8 @@ def _orphaned_because(source: CachedObject | None, home: Namespace | None,
         return "source no longer replicates"
     if home is not None and not scope.honours(home):
         return "source namespace may not hold sources"
+    if source.compiled.spec is not None and not scope.reaches(source.compiled.spec):
+        return f"cluster {scope.cluster} no longer selected"
     return "namespace no longer targeted"
 
 
@@ -460,9 +467,9 @@ def plan_source(key: str, caches: Caches, current: Callable[[str], CachedObject 
     namespace it targets and every replica it has, keeping what concerns this source (its
     writes, its conflicts). `current(ns/name)` is the object there now."""
     kind = caches.kind.name
-    source = caches.get(key)
+    source = caches.source(key)
     compiled = source.compiled if source is not None else None
-    home = caches.namespace(source.namespace) if source is not None else None
+    home = caches.source_namespace(source.namespace) if source is not None else None
     refused = None
     if source is not None and compiled is not None:
         if home is None:

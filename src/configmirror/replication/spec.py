@@ -17,7 +17,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from configmirror.replication.selector import Selector, SelectorError, parse_selector
@@ -29,6 +29,11 @@ REPLICATE_TO_MATCHING = PREFIX + "replicate-to-matching"
 PULL_ALLOWED = PREFIX + "pull-allowed"
 PULL_ALLOWED_MATCHING = PREFIX + "pull-allowed-matching"
 PULL = PREFIX + "pull"  # on a Namespace: the sources it asks for
+# Member clusters (replication/clusters.py): which clusters a source reaches (neither
+# annotation: the home cluster only), and on a replica in a member, the home it came from.
+REPLICATE_TO_CLUSTERS = PREFIX + "replicate-to-clusters"
+REPLICATE_TO_CLUSTERS_MATCHING = PREFIX + "replicate-to-clusters-matching"
+SOURCE_CLUSTER = PREFIX + "source-cluster"
 # Any of these makes an object a source (one with only pull-allowed pushes nowhere).
 SOURCE_ANNOTATIONS = (REPLICATE_TO, REPLICATE_TO_MATCHING, PULL_ALLOWED, PULL_ALLOWED_MATCHING)
 COPY_LABELS = PREFIX + "copy-labels"
@@ -76,6 +81,14 @@ ANNOTATIONS = (
                "`tier in (a,b)`, `tier notin (c)`, `team`, `!legacy`; a comma is AND)",
                "push to the namespaces whose labels match; the targets are the union with "
                "`replicate-to` and the pulls"),
+    Annotation(REPLICATE_TO_CLUSTERS, "source", "comma-separated cluster names or globs; a "
+               "leading `!` excludes", "the clusters it reaches (the home cluster by its "
+               "`--cluster-name`, member clusters by their names); with neither this nor "
+               "`replicate-to-clusters-matching`, the home cluster only. `replicate-to` and "
+               "every exclusion apply in each to its own namespaces"),
+    Annotation(REPLICATE_TO_CLUSTERS_MATCHING, "source", "a label selector over the clusters' "
+               "labels (a member's are its Secret's labels)", "the clusters whose labels "
+               "match; the clusters reached are the union with `replicate-to-clusters`"),
     Annotation(PULL_ALLOWED, "source", "namespace patterns, as `replicate-to`",
                "the namespaces that may pull this source; absent, nobody may"),
     Annotation(PULL_ALLOWED_MATCHING, "source", "a label selector",
@@ -106,6 +119,9 @@ ANNOTATIONS = (
                "`pull-allowed(-matching)` admits the namespace"),
     Annotation(IGNORE_LABEL, "Namespace (label)", "`true`",
                "the namespace never receives a replica"),
+    Annotation(SOURCE_CLUSTER, "replica in a member cluster (set by configmirror)",
+               "the home cluster's `--cluster-name`", "which home cluster's operator owns "
+               "it; an object naming another is foreign (`TargetConflict`)"),
 )
 
 
@@ -165,6 +181,8 @@ class _Language:
 NAMESPACES = _Language("namespace", re.compile(
     r"(?:[a-z0-9*?-]|\[!?\]?(?:[a-z0-9-]|[a-z0-9]-[a-z0-9])*\])+"),
     "names, *, ?, [a-z] and a leading ! to exclude")
+CLUSTERS = _Language("cluster", NAMESPACES.glob,
+                     "cluster names, *, ?, [a-z] and a leading ! to exclude")
 KEYS = _Language("key", re.compile(
     r"(?:[A-Za-z0-9._/*?-]|\[!?\]?(?:[A-Za-z0-9._-]|[A-Za-z0-9]-[A-Za-z0-9])*\])+"),
     "keys such as example.com/name, *, ?, [a-z] and a leading ! to exclude")
@@ -217,6 +235,18 @@ class Spec:
     selector: Selector | None
     pull_patterns: Patterns | None = None
     pull_selector: Selector | None = None
+    # replicate-to-clusters(-matching); both None: the home cluster only.
+    cluster_patterns: Patterns | None = None
+    cluster_selector: Selector | None = None
+
+    def reaches(self, cluster: str, labels: Mapping[str, str], home: bool) -> bool:
+        """Whether it replicates into cluster `cluster` (with `labels`; `home`: the cluster
+        the operator and its sources are in)."""
+        if self.cluster_patterns is None and self.cluster_selector is None:
+            return home
+        return bool((self.cluster_patterns is not None and self.cluster_patterns.matches(cluster))
+                    or (self.cluster_selector is not None
+                        and self.cluster_selector.matches(labels)))
 
     def wants(self, namespace: NamespaceLike) -> bool:
         """Whether it pushes a replica into `namespace`."""
@@ -232,14 +262,19 @@ class Spec:
 
 
 def parse_spec(replicate_to: str | None, replicate_to_matching: str | None,
-               pull_allowed: str | None = None, pull_allowed_matching: str | None = None
+               pull_allowed: str | None = None, pull_allowed_matching: str | None = None,
+               to_clusters: str | None = None, to_clusters_matching: str | None = None
                ) -> Spec:
-    """A source's targets and pull consent from its annotations (any may be absent)."""
+    """A source's targets, pull consent and clusters from its annotations (any may be
+    absent)."""
     return Spec(
         parse_patterns(replicate_to) if replicate_to is not None else None,
         _selector(replicate_to_matching, REPLICATE_TO_MATCHING),
         parse_patterns(pull_allowed, PULL_ALLOWED) if pull_allowed is not None else None,
-        _selector(pull_allowed_matching, PULL_ALLOWED_MATCHING))
+        _selector(pull_allowed_matching, PULL_ALLOWED_MATCHING),
+        parse_patterns(to_clusters, REPLICATE_TO_CLUSTERS, CLUSTERS)
+        if to_clusters is not None else None,
+        _selector(to_clusters_matching, REPLICATE_TO_CLUSTERS_MATCHING))
 
 
 def _selector(text: str | None, annotation: str) -> Selector | None:
@@ -321,14 +356,20 @@ class Scope:
     # --adopt-from: whose mirrors every source takes over ("": none unless it says so).
     adopt_from: str = ""
     # The namespace the operator runs in: never a target, whatever its labels (its Secrets,
-    # its Lease and its published policy live there).
+    # its Lease and its published policy live there). In a member cluster, the member side's.
     operator_namespace: str = ""
+    # The cluster whose namespaces receive the replicas: its name and labels, and whether it
+    # is the home cluster, where the sources are (a source's own namespace is a target only
+    # in a member, where it is another namespace of that name).
+    cluster: str = ""
+    cluster_labels: Mapping[str, str] = field(default_factory=dict)
+    home: bool = True
 
     @classmethod
     def from_flags(cls, source_namespaces: str, exclude_namespaces: str,
                    source_namespace_selector: str = "",
                    source_flag: str = "--source-namespaces", adopt_from: str = "",
-                   operator_namespace: str = "") -> Scope:
+                   operator_namespace: str = "", cluster: str = "") -> Scope:
         """From the flags; raises InvalidSpec naming the flag at fault. `source_flag` names
         the flag `source_namespaces` came from (Secrets have their own)."""
         selector = None
@@ -340,7 +381,7 @@ class Scope:
         return cls(parse_patterns(source_namespaces, source_flag),
                    parse_patterns(exclude_namespaces, "--exclude-namespaces", empty_ok=True),
                    selector, source_namespace_selector.strip(), source_flag,
-                   parse_adopt(adopt_from, "--adopt-from"), operator_namespace)
+                   parse_adopt(adopt_from, "--adopt-from"), operator_namespace, cluster)
 
     def adopts(self, own: str) -> str:
         """Whose mirrors a source takes over: its own `adopt` annotation (`own`, parsed),
@@ -361,9 +402,21 @@ class Scope:
                 f"--source-namespace-selector={self.source_selector_text} (label the "
                 f"namespace to allow it)")
 
+    def reaches(self, spec: Spec) -> bool:
+        """Whether a source of `spec` replicates into this scope's cluster."""
+        return spec.reaches(self.cluster, self.cluster_labels, self.home)
+
+    def for_cluster(self, name: str, labels: Mapping[str, str], operator_namespace: str
+                    ) -> Scope:
+        """This scope in member cluster `name` (with `labels`), whose `operator_namespace`
+        holds the member side."""
+        return replace(self, cluster=name, cluster_labels=dict(labels), home=False,
+                       operator_namespace=operator_namespace)
+
     def may_target(self, source_namespace: str, namespace: NamespaceLike) -> bool:
         """Whether any source in `source_namespace` may place a replica in `namespace`."""
-        return (namespace.name not in (source_namespace, self.operator_namespace)
+        return (namespace.name != self.operator_namespace
+                and (namespace.name != source_namespace or not self.home)
                 and namespace.labels.get(IGNORE_LABEL) != "true"
                 and not self.excluded_namespaces.matches(namespace.name)
                 and not namespace.terminating)

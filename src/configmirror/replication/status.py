@@ -82,7 +82,7 @@ class KindView:
 def source_status(plan: ReplicationPlan, view: KindView,
                   failures: Iterable[Failure]) -> SourceStatus:
     """The status of one planned source."""
-    source = view.caches.get(plan.source)
+    source = view.caches.source(plan.source)
     problems = [Problem("conflict", c.message, f"{c.namespace}/{c.name}")
                 for c in plan.conflicts]
     if plan.invalid is not None:
