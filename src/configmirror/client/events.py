@@ -19,7 +19,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from configmirror.backoff import Backoff
 from configmirror.client.kube import ApiError, Failure, Kube
@@ -108,6 +108,36 @@ class Tallies:
 class _Recorded:
     name: str
     count: int
+
+
+class Recorder(Protocol):
+    """What the controller and the replicator tell about objects (an EventRecorder)."""
+
+    def warning(self, ref: ObjectRef, reason: str, message: str) -> None: ...
+
+    def tally(self, ref: ObjectRef, reason: str, kind: str, item: str,
+              render: Callable[[dict[str, int]], str]) -> None: ...
+
+
+class ClusterRecorder:
+    """The home cluster's recorder as a member cluster's replicator and workers use it: a
+    Warning on a source names the cluster; one about the member's own objects (a Namespace's
+    pulls) is logged, not written (it is not the home cluster's object); a tally counts into
+    the source's one Replicated Event with the home cluster's."""
+
+    def __init__(self, recorder: Recorder, cluster: str) -> None:
+        self._recorder = recorder
+        self.cluster = cluster
+
+    def warning(self, ref: ObjectRef, reason: str, message: str) -> None:
+        if ref.kind == "Namespace":
+            log.warning("cluster %s: %s %s: %s", self.cluster, reason, ref.name, message)
+            return
+        self._recorder.warning(ref, reason, f"cluster {self.cluster}: {message}")
+
+    def tally(self, ref: ObjectRef, reason: str, kind: str, item: str,
+              render: Callable[[dict[str, int]], str]) -> None:
+        self._recorder.tally(ref, reason, kind, f"{self.cluster}/{item}", render)
 
 
 class EventRecorder:

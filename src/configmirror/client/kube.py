@@ -28,9 +28,14 @@ from typing import Any, cast
 from urllib.parse import urlencode
 
 import orjson
+import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
-from kubernetes.config.kube_config import ENV_KUBECONFIG_PATH_SEPARATOR, KubeConfigMerger
+from kubernetes.config.kube_config import (
+    ENV_KUBECONFIG_PATH_SEPARATOR,
+    ConfigNode,
+    KubeConfigMerger,
+)
 
 from configmirror.client.tokenbucket import TokenBucketRateLimiter
 from configmirror.client.transport import (
@@ -137,6 +142,35 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
         if "exec" in selected.user and not (configuration.api_key or configuration.cert_file):
             raise ConfigError(f"{where}: user {selected.user_name}: the exec plugin gave no "
                               "credential (its error is logged above)")
+    return _checked(configuration, selected, where, pool_size)
+
+
+def configuration_from_text(text: str, where: str, pool_size: int = 16
+                            ) -> k8s_client.Configuration:
+    """The configuration of a kubeconfig held as text (a member cluster's Secret), its
+    current context or its one context; never written to a file. Raises ConfigError naming
+    `where` and the field, as load_configuration does."""
+    configuration = k8s_client.Configuration()
+    try:
+        doc = yaml.safe_load(text)
+        if not isinstance(doc, dict):
+            raise k8s_config.ConfigException("not a kubeconfig (a YAML mapping)")
+        contexts = [c.get("name") for c in doc.get("contexts") or () if isinstance(c, dict)]
+        context = None if doc.get("current-context") or len(contexts) != 1 else contexts[0]
+        selected = _select(ConfigNode(where, doc), context, where)  # type: ignore[no-untyped-call]
+        where = f"{where} (context {selected.context})"
+        _refuse_unsupported(selected, where)
+        k8s_config.load_kube_config_from_dict(  # type: ignore[no-untyped-call]
+            config_dict=doc, context=selected.context, client_configuration=configuration)
+    except (k8s_config.ConfigException, yaml.YAMLError, OSError, TypeError, ValueError,
+            AttributeError) as err:
+        raise ConfigError(f"cannot load {where}: {err}") from None
+    return _checked(configuration, selected, where, pool_size)
+
+
+def _checked(configuration: k8s_client.Configuration, selected: _Selected | None, where: str,
+             pool_size: int) -> k8s_client.Configuration:
+    """`configuration` once this client can honour it (ConfigError naming the field)."""
     try:
         target = endpoint(configuration)
     except UnsupportedSetting as err:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from configmirror.client.events import EventRecorder
+from configmirror.client.events import Recorder
 from configmirror.controller.reconcile import ReconcileError, Result, RetryableError, TerminalError
 from configmirror.controller.workqueue import WorkQueue
 from configmirror.lifecycle import Deadline, OwnedThread, join
@@ -43,7 +43,7 @@ class Controller(Generic[K]):
 
     def __init__(self, name: str, queue: WorkQueue[K], reconcile: Reconcile[K],
                  workers: int = 4, metrics: Metrics | None = None,
-                 recorder: EventRecorder | None = None) -> None:
+                 recorder: Recorder | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.name = name
