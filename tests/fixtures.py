@@ -21,6 +21,7 @@ from configmirror import __version__
 from configmirror_testing.cluster import (
     REPO,
     Cluster,
+    Namespaces,
     require,
     require_docker,
     require_kind,
@@ -36,6 +37,7 @@ from configmirror_testing.e2e import (
     PullingNode,
     cluster_pulling_from,
 )
+from configmirror_testing.fleet import Members, start_members
 from configmirror_testing.helm import Helm
 from configmirror_testing.kind import KindCluster, owned_name, remove_orphans
 from configmirror_testing.nodeinstalls import (
@@ -234,3 +236,49 @@ def release(registry: Registry, cosign: Path, tmp_path_factory: pytest.TempPathF
         print(f"make release log: {log}")
 
 
+# -- member clusters (configmirror_testing.fleet) -------------------------------------------------
+
+@pytest.fixture(scope="session")
+def members(session_cluster: Cluster) -> Iterator[Members]:
+    """Two member clusters of the home one (`session_cluster`), "b" and "c": each a control
+    plane of its own (etcd + kube-apiserver, started in parallel on the first test that asks)
+    behind its own FaultProxy, with its admin `cluster`, the `proxied_kubeconfig` an operator
+    is given, `cluster_secret()`, `token_kubeconfig()`, faults (`proxy`, `partition()`,
+    `heal()`, `stop_apiserver()`, `start_apiserver()`, `down(seconds)`). What a test leaves
+    broken is repaired after it (`_members_restored`). Stopped at the session's end."""
+    if IN_CLUSTER:
+        pytest.skip("member clusters listen on this machine's loopback, which a deployed "
+                    "operator does not reach")
+    fleet = start_members(session_cluster)
+    try:
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+@pytest.fixture(autouse=True)
+def _members_restored(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used `members`: each member's apiserver started if it is down, its
+    proxy healed and its connections closed, so the next test finds the fleet whole."""
+    if "members" not in request.fixturenames:
+        yield
+        return
+    fleet: Members = request.getfixturevalue("members")
+    yield
+    for name, fixed in fleet.restore().items():
+        print(f"member {name} after {request.node.name}: {'; '.join(fixed)}")
+
+
+@pytest.fixture
+def member_namespaces(members: Members, request: pytest.FixtureRequest
+                      ) -> Iterator[dict[str, Namespaces]]:
+    """A namespace factory per member (by name), named after the test, emptied after it."""
+    prefix = "t-" + request.node.name.replace("_", "-").replace("[", "-")[:30].strip("-").lower()
+    made = {m.name: m.namespaces("".join(c for c in prefix if c.isalnum() or c == "-"))
+            for m in members}
+    try:
+        yield made
+    finally:
+        members.restore()  # a member left down by the test cannot delete them
+        for factory in made.values():
+            factory.cleanup()
