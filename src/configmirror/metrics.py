@@ -197,6 +197,35 @@ class Metrics:
             "configmirror_pending_removals", "Replicas whose removal (delete or release) waits "
             "out --delete-grace", registry=r)
 
+        # Member clusters: one series per cluster of the inventory, removed with it
+        # (forget_cluster).
+        self.cluster_token_expiry = Gauge(
+            "configmirror_cluster_token_expiry_timestamp_seconds", "When the member cluster's "
+            "ServiceAccount token expires, in Unix seconds (renewed once a third of its "
+            "lifetime is left)", ["cluster"], registry=r)
+        self.cluster_reachable = Gauge(
+            "configmirror_cluster_reachable", "1 while the member cluster's API server answers, "
+            "0 while it does not", ["cluster"], registry=r)
+        self.cluster_replica_writes = Counter(
+            "configmirror_cluster_replica_writes", "Replica writes into member clusters, by "
+            "cluster and action (the actions of configmirror_replica_writes_total)",
+            ["cluster", "action"], registry=r)
+
+    def forget_cluster(self, name: str) -> None:
+        """Remove member cluster `name`'s series from every metric labelled by cluster (it
+        left the inventory), and the children `child` cached for them: a series a caller
+        touches afterwards starts again from zero."""
+        for metric in (self.cluster_token_expiry, self.cluster_reachable,
+                       self.cluster_replica_writes):
+            position = list(metric._labelnames).index("cluster")
+            with metric._lock:
+                labelled = [labels for labels in metric._metrics if labels[position] == name]
+            for labels in labelled:
+                metric.remove(*labels)
+            for key in [k for k in list(self._children)
+                        if k[0] == id(metric) and k[1][position:position + 1] == (name,)]:
+                self._children.pop(key, None)
+
     def child(self, metric: Any, *labels: str) -> Any:
         """`metric.labels(*labels)` of a Counter, looked up once per label set, as a `Count`.
         labels() takes a lock and builds its key on every call, which costs more than the
