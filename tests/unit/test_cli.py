@@ -146,7 +146,7 @@ def test_a_read_commands_help_points_to_run_for_the_policy_flags_it_takes(
     assert "--source-namespaces" not in options and "--delete-grace" not in options
     policy = " ".join(text.split("\npolicy: ")[1].split())
     assert "--source-namespaces, --source-namespace-selector," in policy
-    assert "--adopt-from) is taken here too" in policy
+    assert "--adopt-from, --cluster-name, --member-clusters) is taken here too" in policy
     extra = ("ns/cfg",) if command == "wait" else ()
     assert parsed(command, *extra, "--source-namespaces", "team-*").source_namespaces == "team-*"
 

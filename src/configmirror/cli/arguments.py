@@ -123,6 +123,13 @@ def add_cluster_flags(p: Parser, policy_shown: bool = True) -> None:
     add_flag(p, "--adopt-from", d.adopt_from, "take over the mirrors this tool made of every "
              "source, in place (reflector or kubernetes-replicator; a source's own "
              "configmirror.io/adopt also does; default '': none)", adopt_from, hidden=hidden)
+    add_flag(p, "--cluster-name", d.cluster_name, "this (the home) cluster's name, as sources' "
+             "configmirror.io/replicate-to-clusters and the replicas in member clusters name "
+             "it", hidden=hidden)
+    add_flag(p, "--member-clusters", d.member_clusters, "replicate into the member clusters "
+             "an admin adds (Secrets labelled configmirror.io/cluster in the operator's "
+             "namespace, which the operator then reads; RBAC: deploy/components/fleet)", bool,
+             hidden=hidden)
     add_flag(p, "--log-format", d.log_format, "log format", choices=("text", "json"))
     p.flag("--log-level", d.log_level, "log level",
            Choice(("debug", "info", "warning", "error"), (("warn", "warning"),)))

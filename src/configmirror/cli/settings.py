@@ -15,6 +15,7 @@ from configmirror.client.kube import ApiError, Kube
 from configmirror.operator import policy
 from configmirror.operator.caches import Replicated, discovery, replicated_kinds
 from configmirror.operator.settings import Settings
+from configmirror.replication.clusters import valid_name
 from configmirror.replication.spec import InvalidSpec, ReplicaRules
 
 
@@ -40,6 +41,9 @@ def settings_of(args: argparse.Namespace) -> Settings:
         if address not in ("", "0") and not address.rpartition(":")[2].isdigit():
             raise UsageError(f"--{flag.replace('_', '-')} must be host:port or '0', "
                              f"got {address!r}")
+    if not valid_name(settings.cluster_name):
+        raise UsageError(f"--cluster-name: {settings.cluster_name!r} is not a cluster name (a "
+                         "DNS label: lower-case letters, digits and '-')")
     kinds_of(settings)
     rules_of(settings)
     return settings

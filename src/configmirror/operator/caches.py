@@ -22,6 +22,7 @@ from configmirror.clock import Clock
 from configmirror.lifecycle import Deadline
 from configmirror.metrics import Metrics
 from configmirror.operator.settings import Settings
+from configmirror.replication.clusters import MemberCaches
 from configmirror.replication.model import (
     CachedObject,
     Caches,
@@ -131,10 +132,12 @@ def _scope(settings: Settings, secrets: bool = False) -> Scope:
     if secrets:
         return Scope.from_flags(settings.secret_source_namespaces, settings.exclude_namespaces,
                                 settings.source_namespace_selector, "--secret-source-namespaces",
-                                settings.adopt_from, settings.operator_namespace)
+                                settings.adopt_from, settings.operator_namespace,
+                                settings.cluster_name)
     return Scope.from_flags(settings.source_namespaces, settings.exclude_namespaces,
                             settings.source_namespace_selector, adopt_from=settings.adopt_from,
-                            operator_namespace=settings.operator_namespace)
+                            operator_namespace=settings.operator_namespace,
+                            cluster=settings.cluster_name)
 
 
 def _ignore(*_change: object) -> None:
@@ -179,7 +182,11 @@ class ClusterInformers:
                  metrics: Metrics | None = None, clock: Clock | None = None,
                  resync_period: float = 0.0,
                  on_recovered: Callable[[], None] | None = None,
-                 outage: Outage | None = None) -> None:
+                 outage: Outage | None = None, home: ClusterInformers | None = None,
+                 home_name: str = "") -> None:
+        """With `home` (the home cluster's), these are a member cluster's: its objects are
+        never sources, ours carry `home_name` as their source cluster, and the domain reads
+        them with the home cluster's sources (clusters.MemberCaches)."""
         self.namespaces: Store[Namespace] = Store()
         self.namespace_informer: Informer[Namespace] = Informer(
             kube, NAMESPACES, namespace_from_json, self.namespaces, on_namespace, "namespaces",
@@ -195,15 +202,18 @@ class ClusterInformers:
                         kind: Kind = kind) -> None:
                 on_object(kind, old, new)
 
+            transform = object_transform(kind, rules) if home is None else \
+                object_transform(kind, rules, source_cluster=home_name, sources=False)
             informers = {name: Informer(
-                kube, kind.resource.collection(), object_transform(kind, rules), store,
+                kube, kind.resource.collection(), transform, store,
                 handler, kind.plural + (f":{name}" if name else ""), metrics, clock,
                 resync_period=resync_period, on_recovered=on_recovered, outage=outage,
                 query={"fieldSelector": f"metadata.name={name}"} if name else None)
                 for name, store in stores.items()}
             objects: ObjectCache = stores[""] if names == ("",) else StoresByName(stores)
-            self.kinds[kind] = KindInformers(replicated, Caches(objects, self.namespaces, kind),
-                                         informers)
+            caches = Caches(objects, self.namespaces, kind) if home is None else \
+                MemberCaches(home.kinds[kind].caches, objects, self.namespaces, home_name)
+            self.kinds[kind] = KindInformers(replicated, caches, informers)
 
     @property
     def informers(self) -> list[Informer[Any]]:

@@ -32,6 +32,7 @@ from configmirror.controller.workqueue import WorkQueue
 from configmirror.lifecycle import Components
 from configmirror.metrics import Metrics
 from configmirror.operator.caches import ClusterInformers, discovery, replicated_kinds
+from configmirror.operator.fleet import Fleet
 from configmirror.operator.memory import Memory
 from configmirror.operator.policy import Publisher, home
 from configmirror.operator.probes import Probes
@@ -69,12 +70,18 @@ class Manager:
         self.outage = Outage(readyz(kube), self._clock)
         self.recorder = EventRecorder(kube, on_dropped=self.metrics.events_dropped.inc,
                                       outage=self.outage)
+        rules = ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations,
+                                        settings.bindable_roles)
         self.cache = ClusterInformers(
-            kube, replicated_kinds(settings, discovery(kube)),
-            ReplicaRules.from_flags(settings.drop_labels, settings.drop_annotations,
-                                    settings.bindable_roles),
+            kube, replicated_kinds(settings, discovery(kube)), rules,
             self._on_object, self._on_namespace, self.metrics, self._clock,
             settings.resync_period, self._server_answered, outage=self.outage)
+        # Member clusters (--member-clusters): each with machinery of its own, run by the
+        # leader; a source's key reaches every member through home_keys.
+        self.fleet: Fleet | None = None
+        if settings.member_clusters:
+            self.fleet = Fleet(kube, settings, self.cache, rules, self.recorder, self.metrics,
+                               self._clock, self.outage)
         self.informers = self.cache.informers
         served = frozenset(kind.pull_name for kind in self.cache.kinds)
         self.replicators: dict[Kind, Replicator] = {}
@@ -145,18 +152,23 @@ class Manager:
             # The periodic resync (the informer's (obj, obj)), or an object listed before any
             # worker runs: each source's plan checks its replicas, so they need no key of
             # their own (routing.resync_keys).
-            keys = resync_keys(kind, new, caches.get, caches.sources_named)
+            keys = resync_keys(kind, new, caches.source, caches.sources_named)
         else:
             keys = object_keys(kind, old, new, caches.sources_named)
         for key in keys:
             self.queue.add(key)
+        if self.fleet is not None:
+            self.fleet.home_keys(keys)
 
     def _on_namespace(self, old: Namespace | None, new: Namespace | None) -> None:
         for kind, cached in self.cache.kinds.items():
             caches = cached.caches
-            for key in namespace_keys(kind, old, new, caches.sources(), caches.namespace,
-                                      cached.scope):
+            keys = namespace_keys(kind, old, new, caches.sources(), caches.namespace,
+                                  cached.scope)
+            for key in keys:
                 self.queue.add(key)
+            if self.fleet is not None:
+                self.fleet.home_keys(keys)
 
     def _reconcile(self, key: Key) -> Result:
         self.metrics.child(self.metrics.reconciles, key.role).inc()
@@ -178,6 +190,7 @@ class Manager:
         return {"queued": queued, "in_flight": in_flight, "delayed": delayed,
                 "waiting_for_server": self.gate.waiting(),
                 "events": self.recorder.pending(),
+                "member_clusters": self.fleet.pending() if self.fleet is not None else 0,
                 "notifications": sum(i.pending() for i in self.informers)}
 
     # -- run --------------------------------------------------------------------------------
@@ -213,6 +226,8 @@ class Manager:
                 self.metrics.leader.set(1)  # no election: this process is the one that writes
             if self.publisher is not None:
                 self.components.start("policy publisher", self.publisher)
+            if self.fleet is not None:
+                self.components.start("member clusters", self.fleet)
             self._planning.set()  # from here on, an added replica wakes its own key
             # The drain gets --drain-timeout, and leaves STOP_MARGIN to the rest.
             self.components.start("workers", self.controller, leave=STOP_MARGIN)

@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 # name without the dashes: --delete-grace is `delete-grace`.
 POLICY = ("source_namespaces", "source_namespace_selector", "exclude_namespaces",
           "secret_names", "secret_source_namespaces", "kinds", "bindable_roles", "drop_labels",
-          "drop_annotations", "delete_grace", "adopt_from", "operator_namespace")
+          "drop_annotations", "delete_grace", "adopt_from", "operator_namespace",
+          "cluster_name", "member_clusters")
 POLICY_LABEL = PREFIX + "policy"
 PUBLISHED_BY = PREFIX + "published-by"
 PUBLISHED_AT = PREFIX + "published-at"
@@ -70,6 +71,8 @@ def _key(field: str) -> str:
 
 
 def _text(field: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
     return format_duration(value) if field == "delete_grace" else str(value)
 
 
@@ -273,6 +276,8 @@ def _parsed(operator: Published) -> dict[str, Any]:
             except ValueError as err:
                 raise PolicyError(f"configmap {operator.namespace}/{operator.name}: "
                                   f"{_key(field)}: {err}") from None
+        elif isinstance(getattr(Settings, field), bool):
+            values[field] = text.strip().lower() == "true"
         else:
             values[field] = text
     return values

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from configmirror.client.events import EventRecorder
+from configmirror.client.events import Recorder
 from configmirror.client.kube import ApiError, Failure, Kube
 from configmirror.controller.reconcile import (
     CacheBehind,
@@ -102,14 +102,19 @@ def replicated_message(counts: dict[str, int]) -> str:
 class Replicator:
     """Reconciles source and target keys from the caches."""
 
-    def __init__(self, kube: Kube, caches: Caches, scope: Scope, recorder: EventRecorder,
+    def __init__(self, kube: Kube, caches: Caches, scope: Scope, recorder: Recorder,
                  memory: Memory, *, metrics: Metrics | None = None, dry_run: bool = False,
                  watching: Callable[[str], bool] = lambda key: True,
-                 names: tuple[str, ...] = (), unserved: frozenset[str] | None = None) -> None:
+                 names: tuple[str, ...] = (), unserved: frozenset[str] | None = None,
+                 reports_sources: bool = True, cluster: str = "") -> None:
         """`watching(ns/name)`: whether the informer of that object is watching now;
         `names`: the only names of this kind that are watched (() for every object);
         `unserved`: when given, the kinds any replicator serves, and this one also reports
-        the pulls none can (entries that do not parse, kinds not replicated)."""
+        the pulls none can (entries that do not parse, kinds not replicated);
+        `reports_sources`: whether it reports a source's own problems (InvalidSpec,
+        SourceNotAllowed): a member cluster's leaves them to the home cluster's, which
+        plans every source too; `cluster`: a member's name, whose writes are also counted
+        under it."""
         self._kube = kube
         self._caches = caches
         self._kind = caches.kind
@@ -121,6 +126,8 @@ class Replicator:
         self._watching = watching
         self._names = names
         self._unserved = unserved
+        self._reports_sources = reports_sources
+        self._cluster = cluster
 
     def plans(self) -> list[ReplicationPlan]:
         """The plan of every source (and of every source a replica still names), from the
@@ -153,12 +160,12 @@ class Replicator:
         removals = self._memory.removals
         plan = plan_source(key.object_key, self._caches, self._current, self.scope,
                            removals.grace())
-        source = self._caches.get(key.object_key)
+        source = self._caches.source(key.object_key)
         if source is None or source.compiled is None:
             self._memory.mutations.forget(key.object_key)  # its next version reports afresh
         problem = ("InvalidSpec", plan.invalid) if plan.invalid is not None else (
             "SourceNotAllowed", plan.not_allowed) if plan.not_allowed is not None else None
-        if problem is not None:
+        if problem is not None and self._reports_sources:
             self._report_problem(key, source, *problem)
         else:
             self._memory.problems.forget(key.object_key)
@@ -183,7 +190,7 @@ class Replicator:
         """A Warning on the source, once per version of the source and of its namespace."""
         if source is None:
             return
-        home = self._caches.namespace(source.namespace)
+        home = self._caches.source_namespace(source.namespace)
         seen = (source.resource_version, home.resource_version if home else "", reason)
         if not self._memory.problems.first(key.object_key, seen):
             return  # reported already; resyncs and repeats stay quiet
@@ -267,7 +274,7 @@ class Replicator:
         if self.dry_run:
             return
         for conflict in conflicts:
-            source = self._caches.get(conflict.source)
+            source = self._caches.source(conflict.source)
             if source is not None:
                 self._recorder.warning(self._ref(source), "TargetConflict", conflict.message)
 
@@ -375,6 +382,9 @@ class Replicator:
     def _count(self, action: str) -> None:
         if self._metrics is not None:
             self._metrics.child(self._metrics.replica_writes, action, self._kind.plural).inc()
+            if self._cluster:
+                self._metrics.child(self._metrics.cluster_replica_writes, self._cluster,
+                                    action).inc()
 
     def _admission_changed(self, owner: CachedObject, written: dict[str, Any]) -> None:
         """The server stored our write other than we sent it: say so once per version of

@@ -26,6 +26,11 @@ class Settings:
     # The operator's own namespace: in a pod the pod's (policy.own_namespace), outside one
     # this. It never receives replicas, whatever its labels.
     operator_namespace: str = "configmirror"
+    # Member clusters (operator/fleet.py): this cluster's name, as sources' replicate-to-clusters
+    # and replicas in members name it; and whether the inventory of members (Secrets labelled
+    # configmirror.io/cluster in the operator's namespace) is watched at all.
+    cluster_name: str = "local"
+    member_clusters: bool = False
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"
     log_format: str = "text"

@@ -1,0 +1,133 @@
+"""One source, many clusters: the home cluster (the suite's control plane) and two members,
+b and c, each a control plane of its own behind a fault proxy (the `members` fixture). The
+operator runs with --member-clusters and finds them as Secrets in its namespace."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from configmirror.replication.spec import (
+    REPLICATE_TO,
+    REPLICATE_TO_CLUSTERS,
+    REPLICATE_TO_CLUSTERS_MATCHING,
+    SOURCE_CLUSTER,
+)
+from configmirror_testing.cluster import Cluster, Namespaces, unique_name
+from configmirror_testing.e2e import Operators, configmap, events, read
+from configmirror_testing.fleet import Member, Members
+from configmirror_testing.operator import OperatorProcess
+from configmirror_testing.wait import wait_for
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.operator_process]
+
+HOME = "local"
+
+
+def data_of(cluster: Cluster, namespace: str, name: str = "ca") -> dict[str, str] | None:
+    found = read(cluster, namespace, name)
+    return dict(found.data or {}) if found is not None else None
+
+
+def holds(cluster: Cluster, namespace: str, value: str, name: str = "ca") -> Callable[[], bool]:
+    return lambda: data_of(cluster, namespace, name) == {"v": value}
+
+
+def add_cluster(home: Cluster, member: Member, namespace: str,
+                labels: dict[str, str] | None = None) -> None:
+    home.core.create_namespaced_secret(namespace, member.cluster_secret(  # type: ignore[arg-type]
+        labels=labels, namespace=namespace))
+
+
+def fleet_operator(operators: Operators, namespace: str, *flags: str) -> OperatorProcess:
+    """An operator of the fleet: members on, its namespace (the cluster Secrets') given as a
+    pod would have it."""
+    return operators("--member-clusters", f"--operator-namespace={namespace}", *flags)
+
+
+def member_writes(operator: OperatorProcess, cluster: str) -> float:
+    return sum(operator.metric("configmirror_cluster_replica_writes_total", cluster=cluster,
+                               action=action) for action in ("create", "update", "delete"))
+
+
+@pytest.fixture
+def fleet(cluster: Cluster, members: Members, namespaces: Namespaces,
+          member_namespaces: dict[str, Namespaces]) -> dict[str, Any]:
+    """A team namespace in each cluster (one name everywhere), the operator's namespace in
+    home with both members' Secrets, and a source namespace."""
+    team = unique_name("team")
+    spaces = {HOME: namespaces(name=team)}
+    for member in members:
+        member_namespaces[member.name](name=team)
+    home_ns, src = namespaces(), namespaces()
+    add_cluster(cluster, members.b, home_ns, {"region": "eu"})
+    add_cluster(cluster, members.c, home_ns, {"region": "us"})
+    return {"team": team, "operator_namespace": home_ns, "src": src, "spaces": spaces}
+
+
+def test_a_source_for_every_cluster_converges_repairs_and_writes_nothing_on_a_restart(
+        cluster: Cluster, members: Members, member_namespaces: dict[str, Namespaces],
+        operators: Operators, fleet: dict[str, Any]) -> None:
+    team, src = fleet["team"], fleet["src"]
+    clusters = {HOME: cluster, "b": members.b.cluster, "c": members.c.cluster}
+    cluster.core.create_namespaced_config_map(src, configmap(  # type: ignore[arg-type]
+        "ca", {REPLICATE_TO: "team-*", REPLICATE_TO_CLUSTERS: "*"}, data={"v": "1"}))
+    operator = fleet_operator(operators, fleet["operator_namespace"])
+    for name, where in clusters.items():
+        wait_for(holds(where, team, "1"), timeout=30, what=f"the replica in cluster {name}")
+    replica = read(members.b.cluster, team, "ca")
+    assert replica is not None and replica.metadata is not None
+    assert (replica.metadata.annotations or {})[SOURCE_CLUSTER] == HOME
+    assert SOURCE_CLUSTER not in (read(cluster, team, "ca").metadata.annotations or {})  # type: ignore[union-attr]
+
+    # A new namespace in a member gets its replica within 2 s.
+    late = member_namespaces["c"](name=unique_name("team"))
+    wait_for(holds(members.c.cluster, late, "1"), timeout=2, what="the new namespace's replica")
+    # Deleted and edited by hand in a member: restored within 2 s.
+    members.b.cluster.core.delete_namespaced_config_map("ca", team)
+    members.c.cluster.core.patch_namespaced_config_map("ca", team, {"data": {"v": "mine"}})
+    wait_for(holds(members.b.cluster, team, "1"), timeout=2, what="the deleted replica back")
+    wait_for(holds(members.c.cluster, team, "1"), timeout=2, what="the edited replica repaired")
+    # An edit reaches every cluster.
+    cluster.core.patch_namespaced_config_map("ca", src, {"data": {"v": "2"}})
+    for name, where in clusters.items():
+        for space in ([team, late] if name == "c" else [team]):
+            wait_for(holds(where, space, "2"), timeout=10, what=f"the edit in cluster {name}")
+    operator.wait_idle()
+    assert member_writes(operator, "b") >= 2 and member_writes(operator, "c") >= 3
+
+    # A restart writes nothing, in any cluster.
+    operator.stop()
+    again = fleet_operator(operators, fleet["operator_namespace"])
+    wait_for(lambda: again.metric("configmirror_cluster_reachable", cluster="b") == 1,
+             timeout=30, what="the restarted operator to reach b")
+    again.wait_idle()
+    assert again.writes() == 0
+    assert member_writes(again, "b") == member_writes(again, "c") == 0
+
+
+def test_an_object_not_ours_in_a_member_is_a_conflict_and_never_written(
+        cluster: Cluster, members: Members, operators: Operators,
+        fleet: dict[str, Any]) -> None:
+    team, src = fleet["team"], fleet["src"]
+    members.b.cluster.core.create_namespaced_config_map(team, configmap(  # type: ignore[arg-type]
+        "ca", data={"mine": "b"}))
+    cluster.core.create_namespaced_config_map(src, configmap(  # type: ignore[arg-type]
+        "ca", {REPLICATE_TO: "team-*", REPLICATE_TO_CLUSTERS_MATCHING: "region"},
+        data={"v": "1"}))
+    fleet_operator(operators, fleet["operator_namespace"])
+    wait_for(holds(members.c.cluster, team, "1"), timeout=30, what="the replica in c")
+    conflict = wait_for(lambda: [e for e in events(cluster, src, "ca", "TargetConflict")
+                                 if (e.message or "").startswith("cluster b: ")],
+                        timeout=30, what="TargetConflict naming cluster b")
+    assert f"{team}/ca exists and is not a replica" in (conflict[0].message or "")
+    assert data_of(members.b.cluster, team) == {"mine": "b"}
+    assert read(cluster, team, "ca") is None, "selected by labels, home has none: not reached"
