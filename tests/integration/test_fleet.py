@@ -131,3 +131,72 @@ def test_an_object_not_ours_in_a_member_is_a_conflict_and_never_written(
     assert f"{team}/ca exists and is not a replica" in (conflict[0].message or "")
     assert data_of(members.b.cluster, team) == {"mine": "b"}
     assert read(cluster, team, "ca") is None, "selected by labels, home has none: not reached"
+
+
+def configmirror(*args: str, kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "configmirror", *args, "--kubeconfig",
+                           str(kubeconfig)], capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def given_up(operator: OperatorProcess) -> float:
+    return operator.metric("configmirror_reconcile_given_up_total")
+
+
+@pytest.mark.parametrize("fault", ["killed", "silent"])
+def test_a_member_down_or_silent_holds_back_no_other_cluster_and_catches_up(
+        cluster: Cluster, members: Members, operators: Operators, fleet: dict[str, Any],
+        fault: str) -> None:
+    """Member b's API server killed for 60 s, or every connection to it silently dropped
+    for 30 s, while the source is edited: home and c hold the edit as fast as with b
+    healthy, status names b as unreachable, wait times out naming b; b catches up within
+    30 s of its return; nothing is given up."""
+    team, src, b = fleet["team"], fleet["src"], members.b
+    cluster.core.create_namespaced_config_map(src, configmap(  # type: ignore[arg-type]
+        "ca", {REPLICATE_TO: "team-*", REPLICATE_TO_CLUSTERS: "*"}, data={"v": "1"}))
+    operator = fleet_operator(operators, fleet["operator_namespace"])
+    for where in (cluster, b.cluster, members.c.cluster):
+        wait_for(holds(where, team, "1"), timeout=30, what="the first replicas")
+    operator.wait_idle()
+    admin = cluster.kubeconfig
+    # As an operator outside a pod publishes no policy, the commands are told its flags.
+    ours = ("--member-clusters", f"--operator-namespace={fleet['operator_namespace']}")
+    outage = b.down(60) if fault == "killed" else _partitioned(b, 30)
+    with outage:
+        cluster.core.patch_namespaced_config_map("ca", src, {"data": {"v": "2"}})
+        wait_for(holds(cluster, team, "2"), timeout=2, what="the edit at home")
+        wait_for(holds(members.c.cluster, team, "2"), timeout=2, what="the edit in c")
+        shown = configmirror("status", f"{src}/ca", "-o", "json", *ours, kubeconfig=admin)
+        assert shown.returncode == 0, shown.stderr
+        reached = {c["name"]: c for c in json.loads(shown.stdout)["clusters"]}
+        assert not reached["b"]["reachable"] and "unreachable" in reached["b"]["error"]
+        assert reached["c"]["reachable"] and reached[HOME]["reachable"]
+        waited = configmirror("wait", f"{src}/ca", "--timeout=3s", *ours, kubeconfig=admin)
+        assert waited.returncode == 2, waited.stderr
+        assert "not in sync after 3s in cluster(s) b" in waited.stderr, waited.stderr
+    wait_for(holds(b.cluster, team, "2"), timeout=30, what="b to catch up after its return")
+    operator.wait_idle()
+    assert given_up(operator) == 0
+    done = configmirror("-o", "json", "wait", f"{src}/ca", "--timeout=30s", *ours,
+                        kubeconfig=admin)
+    assert done.returncode == 0, done.stderr
+    assert {c["name"] for c in json.loads(done.stdout)["clusters"]} == {HOME, "b", "c"}
+
+
+class _partitioned:
+    """Every connection to `member` silent for `seconds` (the body's time counted in)."""
+
+    def __init__(self, member: Member, seconds: float) -> None:
+        self.member, self.seconds = member, seconds
+
+    def __enter__(self) -> None:
+        import time
+        self.start = time.monotonic()
+        self.member.partition()
+
+    def __exit__(self, *_exc: object) -> None:
+        import time
+        left = self.seconds - (time.monotonic() - self.start)
+        if left > 0:
+            time.sleep(left)  # the fault's length, not a wait for a condition
+        self.member.heal()

@@ -90,6 +90,7 @@ def commands(line: Line) -> Iterator[list[str]]:
     text = re.split(r"\s#\s", " " + text, maxsplit=1)[0]  # a comment
     # A synopsis: `[-o text|json|yaml]` is one of the choices, given.
     text = re.sub(r"(?<=\w)(?:\|[\w-]+)+", "", text).replace("[", "").replace("]", "")
+    text = re.sub(r"\{([\w-]+)(?:,[\w-]+)+\}", r"\1", text)  # {add,list,remove}: one of them
     for written in _SEGMENT.split(text):
         segment = _ASSIGNMENTS.sub("", written.strip())
         found = _PROGRAM.match(segment)

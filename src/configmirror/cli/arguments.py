@@ -144,5 +144,8 @@ def add_selection_flags(p: Parser, required: bool = False) -> None:
     add_flag(p, "--kind", None, "deprecated: name the kind in the source, secret/NS/NAME",
              choices=("configmap", "secret", *OPTIONAL), env=False)
     add_flag(p, "--output", "text", "output format", choices=FORMATS, short="-o", env=False)
+    add_flag(p, "--cluster", None, "only this cluster: the home cluster (its --cluster-name) "
+             "or a member cluster (default: every cluster the operator replicates into)",
+             env=False)
     add_flag(p, "--operator-namespace", "", "judge with the policy the operator in this "
              "namespace publishes (default: look it up); a policy flag given here overrides it")

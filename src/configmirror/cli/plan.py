@@ -34,48 +34,66 @@ def command(args: argparse.Namespace) -> int:
     named = reference.source(args, settings)
     cache = listing.listed(settings)
     source = reference.known(named, cache)
-    plans = [p for kind, cached in cache.kinds.items()
-             for p in listing.plans(cached, settings,
-                                    listing.only(kind, source, args.namespace))]
-    if source is not None and not plans:
+    clusters = listing.fleet(settings, cache, args.cluster)
+    planned = [(c, [p for kind, cached in c.cache.kinds.items()
+                    for p in listing.plans(cached, settings,
+                                           listing.only(kind, source, args.namespace))]
+                if c.cache is not None else []) for c in clusters]
+    if source is not None and not any(plans for _, plans in planned):
         raise UsageError(f"there is no {source[0].name} source {source[1]} (nor a replica "
                          "of one)")
-    in_sync = all(p.in_sync for p in plans)
+    in_sync = all(p.in_sync for _, plans in planned for p in plans) and all(
+        c.cache is not None for c in clusters)
     if args.output != "text":
-        print(dump({"in_sync": in_sync, "plans": [p.to_json() for p in plans]}, args.output),
-              end="")
+        print(dump({"in_sync": in_sync,
+                    "plans": [{**p.to_json(), "cluster": c.name}
+                              for c, plans in planned for p in plans],
+                    "clusters": [{"name": c.name, "home": c.home,
+                                  "reachable": c.cache is not None, "error": c.error}
+                                 for c in clusters]}, args.output), end="")
+    elif len(clusters) == 1 and clusters[0].home:
+        print_plans(planned[0][1], reference.kind_words(cache))
     else:
-        print_plans(plans, reference.kind_words(cache))
+        for listed, plans in planned:
+            if listed.cache is None:
+                print(f"cluster {listed.name}: {listed.error}")
+                continue
+            print(f"cluster {listed.name}{' (home)' if listed.home else ''}:")
+            print_plans(plans, reference.kind_words(cache), indent="  ")
     return EXIT_OK if in_sync else EXIT_ATTENTION
 
 
-def print_plans(plans: list[ReplicationPlan], said: Mapping[str, str]) -> None:
-    """The plans as text: each source's changes and problems, then the sums."""
+def print_plans(plans: list[ReplicationPlan], said: Mapping[str, str],
+                indent: str = "") -> None:
+    """The plans as text: each source's changes and problems, then the sums (`indent`: under
+    their cluster's name)."""
     if not plans:
-        print("no sources")
+        print(f"{indent}no sources")
     for plan in plans:
         # A Secret (any kind) says so; a ConfigMap is the default and needs no word.
         name = plan.source if plan.kind == "ConfigMap" else \
             f"{said.get(plan.kind, plan.kind.lower())} {plan.source}"
         if plan.invalid is not None:
-            print(f"{name}: invalid spec: {plan.invalid} (nothing will change)")
+            print(f"{indent}{name}: invalid spec: {plan.invalid} (nothing will change)")
             continue
         if plan.not_allowed is not None:
-            print(f"{name}: not allowed: {plan.not_allowed}")
+            print(f"{indent}{name}: not allowed: {plan.not_allowed}")
         state = "in sync" if plan.in_sync else "out of sync"
-        print(f"{name}: {state}, {len(plan.targets)} target namespace(s)")
+        print(f"{indent}{name}: {state}, {len(plan.targets)} target namespace(s)")
         if plan.content is not None and "fields" in plan.content:  # a kind of no data keys
-            print(f"  content  {', '.join(plan.content['fields']) or 'no fields'}; hash "
-                  f"{plan.content['hash']}")
+            print(f"{indent}  content  {', '.join(plan.content['fields']) or 'no fields'}; "
+                  f"hash {plan.content['hash']}")
         elif plan.content is not None:  # key names, sizes and a hash: never a value
             keys = ", ".join(f"{k} ({n} B)" for k, n in plan.content["keys"].items())
-            print(f"  content  {keys or 'no keys'}; hash {plan.content['hash']}")
+            print(f"{indent}  content  {keys or 'no keys'}; hash {plan.content['hash']}")
         for action in plan.actions:
             when = f"in {format_duration(action.due_in)}: " if action.due_in > 0 else ""
-            print(f"  {action.kind:<8} {action.namespace}/{action.name}  ({when}{action.why})")
+            print(f"{indent}  {action.kind:<8} {action.namespace}/{action.name}  "
+                  f"({when}{action.why})")
         for conflict in plan.conflicts:
-            print(f"  conflict {conflict.namespace}/{conflict.name}  ({conflict.message})")
+            print(f"{indent}  conflict {conflict.namespace}/{conflict.name}  "
+                  f"({conflict.message})")
     changes = sum(len(p.actions) for p in plans)
     problems = sum(len(p.conflicts) + (p.invalid is not None) + (p.not_allowed is not None)
                    for p in plans)
-    print(f"{len(plans)} source(s): {changes} change(s), {problems} problem(s)")
+    print(f"{indent}{len(plans)} source(s): {changes} change(s), {problems} problem(s)")
