@@ -198,12 +198,22 @@ def flags_page() -> str:
     deployed = _deploy_args()
     flags: dict[str, dict[str, Any]] = {}
     commands = []
+    # A command with actions of its own (`cluster add`) is listed action by action.
+    listed: list[tuple[str, argparse.ArgumentParser, str]] = []
     for name, command in sub.choices.items():
         helps = {c.dest: c.help for c in sub._choices_actions}
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested:
+            inner = {c.dest: c.help for c in nested[0]._choices_actions}
+            listed += [(f"{name} {action}", parser, inner.get(action) or "")
+                       for action, parser in nested[0].choices.items()]
+        else:
+            listed.append((name, command, helps.get(name) or ""))
+    for name, command, said in listed:
         positionals = [a.metavar or a.dest for a in command._actions if not a.option_strings]
         codes = re.findall(r"^  (\d+)  (.+)$", (command.epilog or "").split("\n\n")[0], re.M)
         commands.append([f"`configmirror {' '.join([name, *map(str, positionals)])}`",
-                         helps.get(name) or "",
+                         said,
                          "; ".join(f"{code}: {meaning}" for code, meaning in codes)])
         for action in command._actions:
             if not action.option_strings or isinstance(action, argparse._HelpAction):

@@ -8,6 +8,7 @@ There is no kubelet here: an installed Deployment's pods never run, but every ob
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -597,3 +598,88 @@ def test_secrets_rbac_lets_a_list_by_name_through_and_no_other(
     with pytest.raises(client.ApiException) as denied:
         core.list_secret_for_all_namespaces()
     assert denied.value.status == 403
+
+
+# -- member clusters: the home side (fleet) and the member side ---------------------------------
+
+FLEET = {"fleet": {"enabled": True}}
+WIDGET_ENTRY = {"group": "example.com", "version": "v1", "kind": "Widget", "resource": "widgets"}
+MEMBER_SIDE = {"memberSide": {"enabled": True,
+                              "kinds": ["rolebinding", WIDGET_ENTRY, "networkpolicy"],
+                              "secretNames": SECRET_NAMES, "bindableRoles": ["view"]}}
+
+
+@pytest.mark.parametrize("values", [FLEET, {**FLEET, "clusterName": "prod-eu"}, MEMBER_SIDE,
+                                    {**FLEET, **MEMBER_SIDE}])
+def test_lint_strict_passes_with_member_clusters(helm: Helm, tmp_path: Path,
+                                                 values: dict[str, Any]) -> None:
+    done = helm("lint", "--strict", str(CHART), *values_file(values, tmp_path), check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(("values", "names"), [
+    ({"clusterName": "Prod"}, ["/clusterName", "pattern"]),
+    ({"clusterName": "a" * 64}, ["/clusterName"]),
+    ({"fleet": {"enabled": "yes"}}, ["/fleet/enabled", "boolean"]),
+    ({"fleet": {"clusters": []}}, ["/fleet", "additional properties"]),
+    ({"memberSide": {"kinds": ["pods"]}}, ["/memberSide/kinds/0", "networkpolicy"]),
+    ({"memberSide": {"secretNames": ["Not_A_Name"]}}, ["/memberSide/secretNames/0", "pattern"]),
+    ({"memberSide": {"bindableRoles": "view"}}, ["/memberSide/bindableRoles", "array"]),
+])
+def test_schema_rejects_a_bad_member_cluster_value_naming_it(
+        helm: Helm, tmp_path: Path, values: dict[str, Any], names: list[str]) -> None:
+    done = helm("template", "configmirror", str(CHART), *values_file(values, tmp_path),
+                check=False)
+    assert done.returncode != 0, f"{values} was accepted"
+    assert "schema" in done.stderr, done.stderr
+    for name in names:
+        assert name in done.stderr, done.stderr
+
+
+def test_fleet_renders_the_objects_deploy_applies_with_the_fleet_component(
+        cluster: Cluster, helm: Helm, tmp_path: Path) -> None:
+    """One truth for the home side too: fleet.enabled is deploy/ plus components/fleet."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(REPO / "deploy", overlay)],
+        "components": [os.path.relpath(REPO / "deploy" / "components" / "fleet", overlay)]}))
+    kustomized = by_key(documents(cluster.require_plane().kubectl(
+        "kustomize", str(overlay)).stdout))
+    charted = by_key(documents(template(helm, tmp_path, FLEET)))
+    assert kustomized.pop(("Namespace", None, "configmirror"))
+    assert sorted(charted, key=str) == sorted(kustomized, key=str)
+    diffs = [f"{key}:\n{yaml_diff(with_image_placeholder(want), got)}"
+             for key, want in kustomized.items()
+             if (got := with_image_placeholder(without_helm_labels(charted[key])))
+             != with_image_placeholder(want)]
+    assert not diffs, "\n".join(diffs)
+
+
+def test_the_cluster_name_is_a_flag_unless_it_is_local(helm: Helm, tmp_path: Path) -> None:
+    def args(values: dict[str, Any]) -> list[str]:
+        return list(container(documents(template(helm, tmp_path, values)))["args"])
+
+    assert not any(a.startswith(("--cluster-name", "--member-clusters")) for a in args({}))
+    assert not any(a.startswith("--cluster-name") for a in args({"clusterName": "local"}))
+    given = args({**FLEET, "clusterName": "prod-eu", "extraArgs": ["--log-level=debug"]})
+    assert given[-3:] == ["--cluster-name=prod-eu", "--member-clusters", "--log-level=debug"]
+
+
+def test_the_member_side_is_what_cluster_add_installs(helm: Helm, tmp_path: Path) -> None:
+    from configmirror.cli.cluster import member_rules, member_side
+    from configmirror.vocabulary import NETWORKPOLICY, ROLEBINDING, Kind, Resource
+
+    widget = Kind(Resource("widgets", "Widget", "example.com"), ("spec",), custom=True)
+    wanted = by_key(member_side(member_rules([ROLEBINDING, widget, NETWORKPOLICY],
+                                             SECRET_NAMES, ["view"])))
+    objects = documents(template(helm, tmp_path, MEMBER_SIDE, namespace="platform-ops"))
+    member = by_key([without_helm_labels(o) for o in objects
+                     if o["metadata"]["labels"].get("app.kubernetes.io/component") == "member"])
+    assert member == wanted
+    # Installed in namespace configmirror itself, the chart leaves the namespace to the install.
+    there = by_key(documents(template(helm, tmp_path, MEMBER_SIDE, namespace="configmirror")))
+    assert ("Namespace", None, "configmirror") not in there
+    assert ("ServiceAccount", "configmirror", "configmirror-member") in there
+    assert not any(o["metadata"]["labels"].get("app.kubernetes.io/component") == "member"
+                   for o in documents(template(helm, tmp_path)))

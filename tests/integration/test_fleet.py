@@ -4,16 +4,15 @@ operator runs with --member-clusters and finds them as Secrets in its namespace.
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from configmirror.replication.spec import (
     REPLICATE_TO,
@@ -161,7 +160,7 @@ def test_a_member_down_or_silent_holds_back_no_other_cluster_and_catches_up(
     admin = cluster.kubeconfig
     # As an operator outside a pod publishes no policy, the commands are told its flags.
     ours = ("--member-clusters", f"--operator-namespace={fleet['operator_namespace']}")
-    outage = b.down(60) if fault == "killed" else _partitioned(b, 30)
+    outage = b.down(60) if fault == "killed" else _Partitioned(b, 30)
     with outage:
         cluster.core.patch_namespaced_config_map("ca", src, {"data": {"v": "2"}})
         wait_for(holds(cluster, team, "2"), timeout=2, what="the edit at home")
@@ -183,19 +182,17 @@ def test_a_member_down_or_silent_holds_back_no_other_cluster_and_catches_up(
     assert {c["name"] for c in json.loads(done.stdout)["clusters"]} == {HOME, "b", "c"}
 
 
-class _partitioned:
+class _Partitioned:
     """Every connection to `member` silent for `seconds` (the body's time counted in)."""
 
     def __init__(self, member: Member, seconds: float) -> None:
         self.member, self.seconds = member, seconds
 
     def __enter__(self) -> None:
-        import time
         self.start = time.monotonic()
         self.member.partition()
 
     def __exit__(self, *_exc: object) -> None:
-        import time
         left = self.seconds - (time.monotonic() - self.start)
         if left > 0:
             time.sleep(left)  # the fault's length, not a wait for a condition

@@ -1,6 +1,7 @@
-"""The `configmirror` command: `run`, `plan`, `status`, `wait`, `migrate`, `version` (also as
-`kubectl configmirror ...`: the `kubectl-configmirror` entry point is the same program), each
-in its own module here; this one assembles their parsers and runs the one asked for.
+"""The `configmirror` command: `run`, `plan`, `status`, `wait`, `migrate`, `cluster`,
+`version` (also as `kubectl configmirror ...`: the `kubectl-configmirror` entry point is the
+same program), each in its own module here; this one assembles their parsers and runs the one
+asked for.
 
 Flags follow the Go tools (`flags`): booleans as `--flag`, `--flag=true|false`, `--no-flag`;
 durations as `90s`, `10m`, `1h30m`; every flag but those choosing what to show (`-n`,
@@ -25,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from configmirror import __version__
-from configmirror.cli import migrate, plan, reference, run, status, version, wait
+from configmirror.cli import cluster, migrate, plan, reference, run, status, version, wait
 from configmirror.cli.arguments import CONVENTIONS, EXIT_ERROR
 from configmirror.cli.flags import Parser, UsageError, resolve
 from configmirror.cli.output import prog
@@ -35,8 +36,10 @@ from configmirror.client.kube import ConfigError
 # The commands but `version`, which runs before logging is set up.
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": run.command, "plan": plan.command, "status": status.command,
-    "wait": wait.command, "migrate": migrate.command}
+    "wait": wait.command, "migrate": migrate.command, "cluster": cluster.command}
 _NAMES = frozenset(_COMMANDS) | {"version"}
+# A command of two words (`cluster list`): the global flags go after the second.
+_ACTIONS = {"cluster": cluster.ACTIONS}
 # The flags kubectl users put before the command (`kubectl configmirror -n NS status`), each
 # taking a value; the command's own parser reads them wherever they were written.
 _GLOBAL = ("-n", "--namespace", "-o", "--output", "--kubeconfig", "--context")
@@ -58,10 +61,10 @@ def parser() -> argparse.ArgumentParser:
                  formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"configmirror {__version__}")
     commands = top.add_subparsers(dest="command",
-                                  metavar="{run,plan,status,wait,migrate,version}")
+                                  metavar="{run,plan,status,wait,migrate,cluster,version}")
     commands.required = True
     for add in (run.add_parser, plan.add_parser, status.add_parser, wait.add_parser,
-                migrate.add_parser, version.add_parser):
+                migrate.add_parser, cluster.add_parser, version.add_parser):
         add(commands)
     return top
 
@@ -95,7 +98,10 @@ def command_first(argv: Sequence[str]) -> list[str]:
     while at < len(words):
         word = words[at]
         if word in _NAMES:
-            return [*words[:at], word, *moved, *words[at + 1:]]
+            end = at + 1
+            if end < len(words) and words[end] in _ACTIONS.get(word, ()):
+                end += 1
+            return [*words[:end], *moved, *words[end:]]
         if word == "--":
             break
         if word in _GLOBAL and at + 1 < len(words):

@@ -10,7 +10,7 @@ as one cache.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +138,14 @@ def _scope(settings: Settings, secrets: bool = False) -> Scope:
                             settings.source_namespace_selector, adopt_from=settings.adopt_from,
                             operator_namespace=settings.operator_namespace,
                             cluster=settings.cluster_name)
+
+
+def member_kinds(home: ClusterInformers, name: str, labels: Mapping[str, str],
+                 namespace: str) -> list[Replicated]:
+    """The home cluster's kinds as member cluster `name` (with `labels`) replicates them: the
+    same names watched, the scope in that cluster (its member side in `namespace`)."""
+    return [Replicated(k.kind, k.names, k.scope.for_cluster(name, labels, namespace))
+            for k in home.kinds.values()]
 
 
 def _ignore(*_change: object) -> None:

@@ -40,7 +40,7 @@ from configmirror.controller.servergate import ServerGate
 from configmirror.controller.workqueue import WorkQueue
 from configmirror.lifecycle import Deadline, OwnedThread
 from configmirror.metrics import Metrics
-from configmirror.operator.caches import ClusterInformers, Replicated
+from configmirror.operator.caches import ClusterInformers, member_kinds
 from configmirror.operator.memory import Memory
 from configmirror.operator.replicator import Replicator
 from configmirror.operator.settings import Settings
@@ -87,9 +87,7 @@ class MemberCluster:
         self.kube = Kube(configuration, user_agent=f"configmirror/{__version__}",
                          qps=settings.kube_api_qps, burst=settings.kube_api_burst)
         self.outage = Outage(readyz(self.kube), clock)
-        kinds = [Replicated(k.kind, k.names, k.scope.for_cluster(member.name, member.labels,
-                                                                 MEMBER_NAMESPACE))
-                 for k in home.kinds.values()]
+        kinds = member_kinds(home, member.name, member.labels, MEMBER_NAMESPACE)
         self.cache = ClusterInformers(
             self.kube, kinds, rules, self._on_object, self._on_namespace, None, clock,
             settings.resync_period, self._answered, outage=self.outage, home=home,
