@@ -217,12 +217,16 @@ def test_a_command_quoted_in_prose_is_checked_too() -> None:
     assert finding.startswith("docs/planted.md:3: ") and "--holds" in finding, finding
 
 
-def _options() -> set[str]:
-    top = cli.parser()
-    options = {o for a in top._actions for o in a.option_strings}
-    [sub] = [a for a in top._actions if isinstance(a, argparse._SubParsersAction)]
-    return options | {o for p in sub.choices.values() for a in p._actions
-                      for o in a.option_strings}
+def _options(parser: argparse.ArgumentParser | None = None) -> set[str]:
+    """Every flag of the CLI: of each command, and of each action of a command that has
+    some (`cluster add`)."""
+    parser = parser or cli.parser()
+    options = {o for a in parser._actions for o in a.option_strings}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                options |= _options(command)
+    return options
 
 
 def quoted_flags(text: str) -> set[str]:
