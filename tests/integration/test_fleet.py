@@ -8,21 +8,35 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes import client
 
+from configmirror.client.events import EventRecorder
+from configmirror.client.kube import Kube, load_configuration
+from configmirror.client.tokens import token_times
+from configmirror.clock import FakeClock
+from configmirror.metrics import Metrics
+from configmirror.operator.caches import ClusterInformers, replicated_kinds
+from configmirror.operator.fleet import Fleet, MemberCluster
+from configmirror.operator.settings import Settings
+from configmirror.replication.clusters import Member as Member_
+from configmirror.replication.clusters import member_of
 from configmirror.replication.spec import (
     REPLICATE_TO,
     REPLICATE_TO_CLUSTERS,
     REPLICATE_TO_CLUSTERS_MATCHING,
     SOURCE_CLUSTER,
+    ReplicaRules,
 )
 from configmirror_testing.cluster import Cluster, Namespaces, unique_name
 from configmirror_testing.e2e import Operators, configmap, events, read
 from configmirror_testing.fleet import Member, Members
+from configmirror_testing.memberside import remove_member_side
 from configmirror_testing.operator import OperatorProcess
 from configmirror_testing.wait import wait_for
 
@@ -197,3 +211,161 @@ class _Partitioned:
         if left > 0:
             time.sleep(left)  # the fault's length, not a wait for a condition
         self.member.heal()
+
+
+# -- credentials: cluster add, renewal, a revoked token ----------------------------------------
+
+
+def home_and_member(home: Path, member: Member, path: Path) -> Path:
+    """A kubeconfig of two contexts: `home` (the home cluster's admin) and the member's name
+    (its admin, through its proxy, as the operator reaches it)."""
+    ours, theirs = (yaml.safe_load(Path(p).read_text()) for p in (home,
+                                                                    member.proxied_kubeconfig))
+    doc: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "current-context": "home",
+                           "clusters": [], "users": [], "contexts": []}
+    for name, config in (("home", ours), (member.name, theirs)):
+        context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+        cluster = next(c for c in config["clusters"]
+                       if c["name"] == context["context"]["cluster"])
+        user = next(u for u in config["users"] if u["name"] == context["context"]["user"])
+        doc["clusters"].append({"name": name, "cluster": cluster["cluster"]})
+        doc["users"].append({"name": name, "user": user["user"]})
+        doc["contexts"].append({"name": name, "context": {"cluster": name, "user": name}})
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture
+def added_b(cluster: Cluster, members: Members, namespaces: Namespaces,
+            member_namespaces: dict[str, Namespaces], tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """Member b added with `configmirror cluster add` (a ServiceAccount token of ten
+    minutes), c with its admin's kubeconfig, a team namespace in each; the member side
+    removed from b afterwards."""
+    home_ns, src, team = namespaces(), namespaces(), unique_name("team")
+    namespaces(name=team)
+    for member in members:
+        member_namespaces[member.name](name=team)
+    add_cluster(cluster, members.c, home_ns)
+    kubeconfig = home_and_member(cluster.kubeconfig, members.b, tmp_path / "kubeconfig")
+    done = configmirror("cluster", "add", "b", "--context", "b", "--home-context", "home",
+                        f"--operator-namespace={home_ns}", "--token-duration=10m",
+                        "--label", "region=eu", kubeconfig=kubeconfig)
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        yield {"operator_namespace": home_ns, "src": src, "team": team,
+               "kubeconfig": kubeconfig}
+    finally:
+        remove_member_side(members.b.cluster, namespace=True)
+
+
+def secret_member(cluster: Cluster, namespace: str, name: str) -> Member_:
+    raw = client.ApiClient().sanitize_for_serialization(  # type: ignore[no-untyped-call]
+        cluster.core.read_namespaced_secret(f"cluster-{name}", namespace))
+    return member_of(raw, HOME)
+
+
+def test_tokens_of_ten_minutes_are_renewed_before_they_expire_through_30_minutes(
+        cluster: Cluster, members: Members, added_b: dict[str, Any]) -> None:
+    """The renewer on a fake clock, against the real member and home API servers: each
+    token (ten minutes) is renewed with a third of its life left, written back into the
+    Secret, and the member's client goes on with it; 30 minutes of that clock."""
+    home_ns = added_b["operator_namespace"]
+    clock = FakeClock(time.time())
+    settings = Settings(operator_namespace=home_ns, member_clusters=True)
+    kube = Kube(load_configuration(str(cluster.kubeconfig)))
+    metrics = Metrics()
+    recorder = EventRecorder(kube)
+    rules = ReplicaRules.from_flags("", "")
+    home = ClusterInformers(kube, replicated_kinds(settings), rules)
+    fleet = Fleet(kube, settings, home, rules, recorder, metrics, clock)
+    member = secret_member(cluster, home_ns, "b")
+    running = MemberCluster(member, home, settings, rules, recorder, metrics, clock)
+    space = added_b["team"]
+    tokens = [running.kube.configuration.api_key["BearerToken"]]
+    try:
+        for minute in range(0, 31):
+            fleet._renew(running)
+            now = running.kube.configuration.api_key["BearerToken"]
+            if now != tokens[-1]:
+                tokens.append(now)
+                stored = secret_member(cluster, home_ns, "b")
+                assert stored.kubeconfig == running.member.kubeconfig, "written back"
+                issued, expires = token_times(stored.kubeconfig) or (0.0, 0.0)
+                assert expires - issued == pytest.approx(600, abs=5)
+            # Writing goes on with the token in use.
+            running.kube.request("create", f"/api/v1/namespaces/{space}/configmaps", body={
+                "metadata": {"name": f"minute-{minute}"}, "data": {}})
+            clock.step(60)
+        # Renewed at 400, 800, 1200 and 1600 s of a token's ten minutes: never past 2/3.
+        assert len(tokens) == 5, len(tokens)
+        assert metrics.cluster_token_expiry.labels("b")._value.get() > time.time() + 300
+    finally:
+        running.kube.close()
+        kube.close()
+
+
+def test_a_revoked_token_is_an_event_and_a_metric_naming_the_cluster_and_no_one_elses_problem(
+        cluster: Cluster, members: Members, operators: Operators,
+        added_b: dict[str, Any]) -> None:
+    src, team = added_b["src"], added_b["team"]
+    cluster.core.create_namespaced_config_map(src, configmap(  # type: ignore[arg-type]
+        "ca", {REPLICATE_TO: team, REPLICATE_TO_CLUSTERS: "b,c"}, data={"v": "1"}))
+    operator = fleet_operator(operators, added_b["operator_namespace"])
+    for member in members:
+        wait_for(holds(member.cluster, team, "1"), timeout=30, what=f"the replica in {member.name}")
+    assert operator.metric("configmirror_cluster_reachable", cluster="b") == 1
+    assert operator.metric("configmirror_cluster_token_expiry_timestamp_seconds",
+                           cluster="b") > time.time() + 300
+    members.b.cluster.core.delete_namespaced_service_account("configmirror-member",
+                                                             "configmirror")
+    refused = wait_for(lambda: [e for e in events(cluster, added_b["operator_namespace"],
+                                                  "cluster-b", "ClusterUnreachable")],
+                       timeout=30, what="the Event on b's Secret")
+    assert "cluster b: its credentials are refused (401" in (refused[0].message or "")
+    assert operator.metric("configmirror_cluster_reachable", cluster="b") == 0
+    cluster.core.patch_namespaced_config_map("ca", src, {"data": {"v": "2"}})
+    wait_for(holds(members.c.cluster, team, "2"), timeout=5, what="c, unaffected")
+    assert operator.proc.poll() is None, "no crash"
+
+
+# -- the inventory: a Secret removed, a cluster no longer selected, a bad Secret ---------------
+
+
+def test_a_removed_cluster_keeps_its_replicas_and_one_no_longer_selected_loses_them(
+        cluster: Cluster, members: Members, operators: Operators,
+        fleet: dict[str, Any]) -> None:
+    team, src, home_ns = fleet["team"], fleet["src"], fleet["operator_namespace"]
+    cluster.core.create_namespaced_config_map(src, configmap(  # type: ignore[arg-type]
+        "ca", {REPLICATE_TO: team, REPLICATE_TO_CLUSTERS_MATCHING: "region"},
+        data={"v": "1"}))
+    operator = fleet_operator(operators, home_ns, "--delete-grace=2s")
+    for member in members:
+        wait_for(holds(member.cluster, team, "1"), timeout=30, what=f"the replica in {member.name}")
+    # c's Secret deleted: no longer managed, its replica stays (as on uninstall).
+    cluster.core.delete_namespaced_secret("cluster-c", home_ns)
+    wait_for(lambda: "cluster c: its Secret is gone" in operator.log(), timeout=30,
+             what="the operator to let c go")
+    # b relabelled out of the selector: its replica goes after the grace.
+    cluster.core.patch_namespaced_secret("cluster-b", home_ns, {"metadata": {"labels": {
+        "region": None}}})
+    wait_for(lambda: read(members.b.cluster, team, "ca") is None, timeout=30,
+             what="b's replica to go after the grace")
+    operator.wait_idle()
+    assert data_of(members.c.cluster, team) == {"v": "1"}, "a removed cluster keeps its replica"
+
+
+def test_a_secret_that_cannot_be_used_is_an_invalid_cluster_event_and_the_rest_go_on(
+        cluster: Cluster, members: Members, operators: Operators,
+        fleet: dict[str, Any]) -> None:
+    team, src, home_ns = fleet["team"], fleet["src"], fleet["operator_namespace"]
+    bad = members.b.cluster_secret(name="d", namespace=home_ns)
+    bad["data"] = {"kubeconfig": "bm90IGEga3ViZWNvbmZpZw=="}  # "not a kubeconfig"
+    cluster.core.create_namespaced_secret(home_ns, bad)  # type: ignore[arg-type]
+    cluster.core.create_namespaced_config_map(src, configmap(  # type: ignore[arg-type]
+        "ca", {REPLICATE_TO: team, REPLICATE_TO_CLUSTERS: "*"}, data={"v": "1"}))
+    fleet_operator(operators, home_ns)
+    invalid = wait_for(lambda: events(cluster, home_ns, "cluster-d", "InvalidCluster"),
+                       timeout=30, what="InvalidCluster")
+    assert "cluster d: kubeconfig: not a kubeconfig" in (invalid[0].message or "")
+    for member in members:
+        wait_for(holds(member.cluster, team, "1"), timeout=30, what=f"the replica in {member.name}")

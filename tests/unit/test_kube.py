@@ -107,6 +107,25 @@ def test_credentials_are_read_from_the_configuration_once_per_refresh_period() -
 
 
 
+def test_a_token_put_in_use_is_sent_from_the_next_request_on() -> None:
+    configuration = client.Configuration(host="https://127.0.0.1:1")
+    configuration.api_key = {"BearerToken": "Bearer one"}  # as the kubeconfig loader sets it
+
+    def reload(conf: client.Configuration) -> None:  # the loader's hook: the kubeconfig's token
+        conf.api_key = {"BearerToken": "Bearer one"}
+    configuration.refresh_api_key_hook = reload
+    clock = FakeClock()
+    kube = Kube(configuration, clock=clock)
+    try:
+        assert kube._headers(None)["authorization"] == "Bearer one"
+        kube.use_token("two")  # within the refresh period: the cached header is dropped
+        assert kube._headers(None)["authorization"] == "Bearer two"
+        clock.step(AUTH_REFRESH)  # read again: the loader's token does not come back
+        assert kube._headers(None)["authorization"] == "Bearer two"
+    finally:
+        kube.close()
+
+
 def test_the_public_names_are_where_the_rest_of_the_code_finds_them() -> None:
     assert (SECRETS.kind, SECRETS.item("a", "b")) == ("Secret", "/api/v1/namespaces/a/secrets/b")
     assert EVENTS.collection("a") == "/api/v1/namespaces/a/events"

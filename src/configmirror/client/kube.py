@@ -449,6 +449,14 @@ class Kube:
             headers["Content-Type"] = content_type
         return headers
 
+    def use_token(self, token: str) -> None:
+        """Send this bearer token from the next request on (a renewed member token). The
+        kubeconfig loader's refresh hook goes: it would put the loaded token back."""
+        self.configuration.refresh_api_key_hook = None
+        self.configuration.api_key["BearerToken"] = f"Bearer {token}"
+        self.configuration.api_key_prefix.pop("BearerToken", None)
+        self._auth = None
+
     def _credentials(self) -> dict[str, str]:
         """The credential headers, read from the client's configuration at most once per
         AUTH_REFRESH seconds (reading them refreshes an expiring token)."""

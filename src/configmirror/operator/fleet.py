@@ -158,7 +158,7 @@ class MemberCluster:
 
     def use_token(self, member: Member, token: str) -> None:
         """Go on with a renewed token: every request from the next on carries it."""
-        self.kube.configuration.api_key["authorization"] = f"Bearer {token}"
+        self.kube.use_token(token)
         self.member = member
 
     # -- keys -------------------------------------------------------------------------------
@@ -226,6 +226,9 @@ class Fleet:
         self._reported: dict[str, tuple[str, str]] = {}   # Secret -> (version, fault)
         self._unreachable: dict[str, str] = {}            # cluster -> why, while it is
         self._renew_after: dict[str, float] = {}          # cluster -> no retry before
+        # cluster -> (when this process got its token, by the clock; its lifetime): when to
+        # renew a token we asked for is counted on our clock, not read from its claims.
+        self._obtained: dict[str, tuple[float, float]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -319,6 +322,7 @@ class Fleet:
         self._metrics.forget_cluster(name)
         self._unreachable.pop(name, None)
         self._renew_after.pop(name, None)
+        self._obtained.pop(name, None)
 
     def _invalid(self, secret: str, fault: str) -> None:
         """A Warning `InvalidCluster` on the Secret, once per version of it and fault."""
@@ -379,9 +383,11 @@ class Fleet:
         issued, expires = times
         self._metrics.cluster_token_expiry.labels(member.name).set(expires)
         now = self._clock.now()
-        if now < renewal_due(issued, expires) or now < self._renew_after.get(member.name, 0.0):
+        obtained, lifetime = self._obtained.get(member.name, (issued, expires - issued))
+        if now < renewal_due(obtained, obtained + lifetime) or \
+                now < self._renew_after.get(member.name, 0.0):
             return
-        lifetime = max(600, round(expires - issued))  # TokenRequest's minimum is 10 minutes
+        lifetime = max(600, round(lifetime))  # TokenRequest's minimum is 10 minutes
         try:
             token, until = request_token(running.kube, MEMBER_NAMESPACE, MEMBER_ACCOUNT,
                                          lifetime)
@@ -399,6 +405,7 @@ class Fleet:
             return
         version = str((written.get("metadata") or {}).get("resourceVersion", ""))
         running.use_token(replace(member, kubeconfig=text, secret_version=version), token)
+        self._obtained[member.name] = (now, float(lifetime))
         self._metrics.cluster_token_expiry.labels(member.name).set(until)
         log.info("cluster %s: token renewed; it expires at %s", member.name, _when(until))
 
