@@ -70,6 +70,17 @@ EVENT_MEANINGS = {
                        "not in `--secret-names`, an entry that does not parse); the message "
                        "names the entry and why. Events about Namespaces are written in "
                        "namespace `default`"),
+    "InvalidCluster": ("the cluster Secret", "a Secret labelled `configmirror.io/cluster` in "
+                       "the operator's namespace cannot be used (no kubeconfig, one that does "
+                       "not load, a name that is not a cluster name or is taken); the message "
+                       "names the fault. That cluster's replicas are left as they are"),
+    "ClusterUnreachable": ("the cluster Secret", "the member cluster refuses the operator's "
+                           "credentials (401 or 403); its replicas are left as they are and no "
+                           "other cluster waits for it. `configmirror cluster add NAME` again "
+                           "mints new ones"),
+    "TokenRenewalFailed": ("the cluster Secret", "the member's token could not be renewed or "
+                           "written back; tried again a minute later, and the message says "
+                           "when the token in use expires"),
 }
 
 # The marks configmirror writes on replicas (their names are model's constants).
@@ -413,31 +424,53 @@ _REASON = re.compile(r"[A-Z][a-z]+(?:[A-Z][a-z]+)+")
 def events_in_code() -> dict[str, str]:
     """Every reason the code passes to the recorder's warning() or tally(), with its type.
 
-    A reason is a string literal, a module constant, or (where a function passes a reason it
-    was given) one of the CamelCase first elements of the (reason, message) pairs in that
-    module."""
+    A reason is a string literal or a constant (of its module, or imported from another);
+    where a function passes on a reason it was given, the reasons its callers in that module
+    give it, or else the CamelCase first elements of the (reason, message) pairs there."""
+    trees = {path: ast.parse(path.read_text())
+             for path in sorted((REPO / "src" / "configmirror").rglob("*.py"))}
+    constants = {t.id: n.value.value for tree in trees.values() for n in tree.body
+                 if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+                 and t.id.isupper() and isinstance(n.value, ast.Constant)
+                 and isinstance(n.value.value, str)}
     found: dict[str, str] = {}
-    for path in sorted((REPO / "src" / "configmirror").rglob("*.py")):
-        tree = ast.parse(path.read_text())
-        constants = {t.id: n.value.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
-                     for t in n.targets if isinstance(t, ast.Name)
-                     and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)}
-        passed_on = False
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("warning", "tally") and len(node.args) >= 2
-                    and isinstance(node.func.value, ast.Attribute)
-                    and node.func.value.attr == "_recorder"):
+    for tree in trees.values():
+        passed_on: dict[str, tuple[int, str]] = {}  # function -> (its reason's index, kind)
+        pairs = False
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef):
                 continue
-            kind = "Warning" if node.func.attr == "warning" else "Normal"
-            reason = node.args[1]
-            if isinstance(reason, ast.Name) and reason.id in constants:
-                found[constants[reason.id]] = kind
-            elif isinstance(reason, ast.Constant) and isinstance(reason.value, str):
-                found[reason.value] = kind
-            else:
-                passed_on = True
-        if passed_on:
+            params = [a.arg for a in function.args.args]
+            for node in ast.walk(function):
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("warning", "tally") and len(node.args) >= 2
+                        and isinstance(node.func.value, ast.Attribute)
+                        and node.func.value.attr == "_recorder"):
+                    continue
+                kind = "Warning" if node.func.attr == "warning" else "Normal"
+                reason = node.args[1]
+                if isinstance(reason, ast.Constant) and isinstance(reason.value, str):
+                    found[reason.value] = kind
+                elif isinstance(reason, ast.Name) and reason.id in params:
+                    offset = 1 if params and params[0] == "self" else 0
+                    passed_on[function.name] = (params.index(reason.id) - offset, kind)
+                elif isinstance(reason, ast.Name) and reason.id in constants:
+                    found[constants[reason.id]] = kind
+                else:
+                    pairs = True
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else \
+                    node.func.id if isinstance(node.func, ast.Name) else ""
+                if name in passed_on and len(node.args) > passed_on[name][0]:
+                    arg = node.args[passed_on[name][0]]
+                    if isinstance(arg, ast.Name) and arg.id in constants:
+                        found[constants[arg.id]] = passed_on[name][1]
+                    elif isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                        found[arg.value] = passed_on[name][1]
+                    else:
+                        pairs = True
+        if pairs:
             for node in ast.walk(tree):
                 if isinstance(node, ast.Tuple) and len(node.elts) == 2 and isinstance(
                         node.elts[0], ast.Constant) and isinstance(node.elts[0].value, str) \

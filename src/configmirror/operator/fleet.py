@@ -405,7 +405,8 @@ class Fleet:
             return
         version = str((written.get("metadata") or {}).get("resourceVersion", ""))
         running.use_token(replace(member, kubeconfig=text, secret_version=version), token)
-        self._obtained[member.name] = (now, float(lifetime))
+        granted = token_times(text)  # the server may grant less than was asked
+        self._obtained[member.name] = (now, granted[1] - granted[0] if granted else lifetime)
         self._metrics.cluster_token_expiry.labels(member.name).set(until)
         log.info("cluster %s: token renewed; it expires at %s", member.name, _when(until))
 
