@@ -151,7 +151,7 @@ unit: $(STAMP) ## run only the unit tests (no control plane)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 .PHONY: mutate
-mutate: $(STAMP) ## mutation check of the queue, controller, planner, replicator, events, kube, transport, status, caches (MUTATE_ARGS=--jobs 2, --only REGEX)
+mutate: $(STAMP) ## mutation check of the queue, controller, planner, replicator, events, kube, transport, status, caches, clusters, tokens (MUTATE_ARGS=--jobs 2, --only REGEX)
 	$(PY) hack/mutate.py $(MUTATE_ARGS)
 
 .PHONY: docs
@@ -196,6 +196,7 @@ bench: $(STAMP) ## benchmarks; each prints ratios against baselines measured in 
 	cd bench && ../$(PY) bench_convergence.py --sources 1 --namespaces $(SHAPE_NS) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_convergence.py --sources 200 --namespaces $(if $(BENCH_QUICK),5,50) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_convergence.py --sources 20 --namespaces $(if $(BENCH_QUICK),50,500) $(BENCH_ARGS)
+	cd bench && ../$(PY) bench_convergence.py --clusters 3 --namespaces $(if $(BENCH_QUICK),100,1000) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_storm.py --namespaces $(WIDE_NS) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_latency.py $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_latency.py --namespaces $(SHAPE_NS) --edits 5 $(BENCH_ARGS)

@@ -3,6 +3,7 @@
     python bench/bench_convergence.py [--sources 200] [--namespaces 50] [--workers 32]
     python bench/bench_convergence.py --shape 20x5000        # 100,000 replicas
     python bench/bench_convergence.py --shape 1000x10        # with --edits 1000 by default
+    python bench/bench_convergence.py --clusters 3 --namespaces 1000   # member clusters
 
 The shapes of docs/performance.md: 1 x 5000, 200 x 50, 20 x 500, 20 x 5000 (flags, or
 `--shape SxN`), and 1000 x 10, the shape other replicators publish: there, once in sync, the
@@ -41,6 +42,7 @@ import statistics
 import time
 from pathlib import Path
 
+from bench_fleet import fleet
 from harness import (
     Baselines,
     Session,
@@ -87,7 +89,15 @@ def main() -> None:
     parser.add_argument("--restart-src", type=Path, default=None,
                         help="restart onto this tree's src/ instead (an upgrade; default: the "
                         "tree the operator converged with)")
+    parser.add_argument("--clusters", type=int, default=1, choices=(1, 2, 3),
+                        help="with 2 or 3: 1 source x --namespaces in each of that many "
+                        "clusters, the home one and members, against a Go writer per cluster "
+                        "(bench_fleet.py; --edits default 20)")
     args = parser.parse_args()
+    if args.clusters > 1:
+        fleet(args.namespaces, 20 if args.edits is None else args.edits, args.workers,
+              args.clusters)
+        return
     env = operator_env(args.operator_src)
     restart_env = env if args.restart_src is None else operator_env(args.restart_src)
     if args.shape is not None:

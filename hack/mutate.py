@@ -69,6 +69,7 @@ TESTS: dict[str, list[str]] = {
                             # the framing against h11, cut anywhere
                             "tests/unit/test_transport_h11.py"],
     "client/kube.py": ["tests/unit/test_kube.py", "tests/unit/test_transport.py"],
+    "client/tokens.py": ["tests/unit/test_tokens.py"],
     # Only NAMED mutants: the store-as-held branch for the owner's own writes (OwnWrites).
     "client/informer.py": ["tests/integration/test_informer.py"],
     # replication/
@@ -83,6 +84,8 @@ TESTS: dict[str, list[str]] = {
                                  "tests/unit/test_replicator.py",
                                  "tests/unit/test_plan_agrees_with_run.py"],
     "replication/status.py": ["tests/unit/test_status.py", "tests/unit/test_adoption.py"],
+    "replication/clusters.py": ["tests/unit/test_clusters.py",
+                                "tests/unit/test_plan_agrees_with_run.py"],
     # operator/
     "operator/memory.py": ["tests/unit/test_memory.py", "tests/unit/test_expectations.py",
                            "tests/unit/test_replicator.py",

@@ -216,13 +216,22 @@ class Member:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _write_kubeconfig(self, user: str, token: str, path: Path) -> Path:
-        """A self-contained kubeconfig with one context, `name`, through the proxy."""
+    def direct_kubeconfig(self) -> Path:
+        """A self-contained admin kubeconfig straight to the API server, not through the
+        proxy (benchmarks: the proxy's copying would be measured too)."""
+        return self._write_kubeconfig("admin", self.plane.token,
+                                      self.plane.dir / "kubeconfig-direct", self.server)
+
+    def _write_kubeconfig(self, user: str, token: str, path: Path,
+                          server: str | None = None) -> Path:
+        """A self-contained kubeconfig with one context, `name`, through the proxy (or to
+        `server`)."""
         authority = base64.b64encode(self.plane.ca_file.read_bytes()).decode()
         path.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": self.name,
             "clusters": [{"name": self.name, "cluster": {
-                "server": self.proxy.url, "certificate-authority-data": authority}}],
+                "server": server or self.proxy.url,
+                "certificate-authority-data": authority}}],
             "users": [{"name": user, "user": {"token": token}}],
             "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": user}}],
         }))
