@@ -10,14 +10,22 @@ from typing import Any
 import pytest
 import yaml
 
+from configmirror.client.store import Store
 from configmirror.replication.clusters import (
     CLUSTER_LABEL,
     InvalidCluster,
+    MemberCaches,
     for_cluster,
     inventory,
     member_of,
 )
-from configmirror.replication.model import CONTENT_HASH, content_hash
+from configmirror.replication.model import (
+    CONTENT_HASH,
+    CachedObject,
+    Caches,
+    content_hash,
+    object_indexers,
+)
 from configmirror.replication.spec import (
     REPLICATE_TO_CLUSTERS,
     REPLICATE_TO_CLUSTERS_MATCHING,
@@ -26,7 +34,8 @@ from configmirror.replication.spec import (
     Scope,
     parse_spec,
 )
-from configmirror_testing.builders import ns, plan, source
+from configmirror.vocabulary import CONFIGMAP
+from configmirror_testing.builders import KEY, ns, plan, source, world
 
 KUBECONFIG = {
     "apiVersion": "v1", "kind": "Config", "current-context": "b",
@@ -72,12 +81,39 @@ def test_cluster_api_writes_its_kubeconfig_under_value() -> None:
     ({}, {"kubeconfig": b64({**KUBECONFIG, "contexts": KUBECONFIG["contexts"] * 2})},
      "holds 2 contexts"),
     ({}, {"kubeconfig": b64({**KUBECONFIG, "users": []})}, "names user 'b', which it does not"),
+    ({}, {"kubeconfig": b64({**KUBECONFIG, "users": [{"name": "c", "user": {"token": "t"}}]})},
+     "names user 'b', which it does not"),
+    ({}, {"kubeconfig": b64({**KUBECONFIG, "users": ["b"]})}, "names user 'b', which it does not"),
+    ({}, {"kubeconfig": b64({**KUBECONFIG, "clusters": [{"name": "c", "cluster": {}}]})},
+     "names cluster 'b', which it does not"),
 ])
 def test_a_secret_that_cannot_be_used_is_refused_naming_the_fault(
         labels: dict[str, str], data: dict[str, Any] | None, fault: str) -> None:
     with pytest.raises(InvalidCluster) as raised:
         member_of(secret(labels, data), "local")
     assert fault in str(raised.value)
+
+
+def test_a_kubeconfig_that_is_no_yaml_is_named_by_the_parsers_first_line_only() -> None:
+    # The lines after it quote the text, which holds a credential.
+    text = yaml.safe_dump(KUBECONFIG).replace("token: t0ken", "token: t0ken: more")
+    with pytest.raises(InvalidCluster) as raised:
+        member_of(secret(data={"kubeconfig": b64(text)}), "local")
+    assert str(raised.value) == (
+        "cluster b: kubeconfig: not YAML: mapping values are not allowed here")
+
+
+def test_a_kubeconfig_skips_entries_that_are_no_mapping() -> None:
+    doc = {**KUBECONFIG, "users": ["b", *KUBECONFIG["users"]],
+           "clusters": [None, *KUBECONFIG["clusters"]]}
+    assert member_of(secret(data={"kubeconfig": b64(doc)}), "local").name == "b"
+
+
+def test_an_inventory_of_usable_secrets_has_no_fault() -> None:
+    other = secret(name="cluster-c")
+    other["metadata"]["labels"][CLUSTER_LABEL] = "c"
+    members, faults = inventory([secret(), other], "local")
+    assert (sorted(members), faults) == (["b", "c"], {})
 
 
 def test_two_secrets_naming_one_cluster_are_both_refused_and_others_kept() -> None:
@@ -140,3 +176,41 @@ def test_in_a_member_the_sources_own_namespace_is_a_target_and_the_member_sides_
                   REPLICATE_TO_CLUSTERS: "*"}, namespace="src")
     assert plan(src, spaces, scope=home).targets == ("a",)
     assert plan(src, spaces, scope=member).targets == ("a", "src")
+
+
+def member_caches(src: CachedObject) -> tuple[MemberCaches, Store[CachedObject]]:
+    """A member's caches, with nothing there yet, over the home cluster's holding `src`; and
+    the home's store of objects."""
+    objects: Store[CachedObject] = Store(object_indexers())
+    objects.upsert(src.key, src)
+    home = Caches(objects, world([], [ns("src")]).namespaces, CONFIGMAP)
+    there = world([], [ns("a")])
+    return MemberCaches(home, there.objects, there.namespaces, "local"), objects
+
+
+def test_a_member_makes_each_sources_member_form_once_per_version() -> None:
+    annotations = {"configmirror.io/replicate-to": "*", REPLICATE_TO_CLUSTERS: "*"}
+    caches, home = member_caches(source(annotations))
+    first = caches.source(KEY)
+    assert first is not None and first.compiled is not None
+    assert first.compiled.annotations[SOURCE_CLUSTER] == "local"
+    # The same version of the source: the same member form, however it is read.
+    assert caches.source(KEY) is first
+    assert [s is first for s in caches.sources()] == [True]
+    assert [s is first for s in caches.sources_named("cfg")] == [True]
+    # A new version: a new member form, of the new content.
+    newer = source(annotations, data={"k": "w"}, rv="11")
+    home.upsert(KEY, newer)
+    second = caches.source(KEY)
+    assert second is not None and second.compiled is not None and newer.compiled is not None
+    assert second is not first
+    assert second.compiled.payload == newer.compiled.payload != first.compiled.payload
+    assert caches.source(KEY) is second
+
+
+def test_a_member_forgets_a_deleted_sources_member_form() -> None:
+    caches, home = member_caches(source())
+    assert caches.source(KEY) is not None
+    home.delete(KEY)
+    assert caches.source(KEY) is None
+    assert caches._made == {}  # only memory: a new version is made anew anyway

@@ -99,6 +99,13 @@ def test_token_times_is_none_for_a_credential_that_is_no_jwt_with_both_times(
     assert token_times(kubeconfig(user)) is None
 
 
+def test_token_times_reads_no_signature_an_unsigned_jwt_gives_its_times() -> None:
+    head, payload, _ = jwt(sa_claims()).split(".")
+    assert token_times(kubeconfig({"token": f"{head}.{payload}."})) == (IAT, EXP)
+    # An empty payload is no JWT's, signed or not.
+    assert token_times(kubeconfig({"token": f"{head}..{_b64(b'sig')}"})) is None
+
+
 def test_token_times_is_none_for_a_nonfinite_time() -> None:
     payload = _b64(b'{"iat": NaN, "exp": 1700000000}')  # json.loads takes NaN
     token = f"{_b64(b'{}')}.{payload}.{_b64(b'sig')}"
@@ -110,6 +117,27 @@ def test_token_times_is_none_for_a_nonfinite_time() -> None:
     kubeconfig({"token": jwt(sa_claims())}, **{"current-context": "west"}),
 ])
 def test_token_times_is_none_for_what_is_no_kubeconfig_with_one_user(text: str) -> None:
+    assert token_times(text) is None
+
+
+def _with_users(users: list[Any]) -> str:
+    doc = yaml.safe_load(kubeconfig({"token": jwt(sa_claims())}))
+    doc["users"] = users
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+# The context's user named twice (which one: not ours to guess), or not a mapping.
+NO_ONE_USER = [
+    _with_users([{"name": "configmirror-member", "user": {"token": jwt(sa_claims())}}] * 2),
+    _with_users([{"name": "configmirror-member", "user": jwt(sa_claims())}]),
+    _with_users([{"name": "configmirror-member", "user": None}]),
+    _with_users([{"name": "configmirror-member"}]),
+    _with_users([]),
+]
+
+
+@pytest.mark.parametrize("text", NO_ONE_USER)
+def test_token_times_is_none_unless_the_context_names_one_user_mapping(text: str) -> None:
     assert token_times(text) is None
 
 
@@ -176,6 +204,7 @@ def test_with_token_of_a_kubeconfig_in_another_layout_keeps_its_content() -> Non
     kubeconfig({"exec": {"command": "aws"}}),
     "{unclosed", "[]",
     kubeconfig({"token": "t"}, **{"current-context": "west"}),
+    *NO_ONE_USER,
 ])
 def test_with_token_refuses_a_kubeconfig_without_a_users_token(text: str) -> None:
     with pytest.raises(ValueError) as caught:
@@ -250,7 +279,7 @@ def test_request_token_refuses_an_answer_without_token_or_expiry(
         answer: dict[str, Any]) -> None:
     with pytest.raises(ApiError) as caught:
         request_token(cast(Kube, StubKube(answer)), "ns", "sa", 3600)
-    assert caught.value.reason == "InvalidTokenResponse"
+    assert (caught.value.status, caught.value.reason) == (500, "InvalidTokenResponse")
     assert caught.value.failure is Failure.UNAVAILABLE  # the server's fault: tried again later
 
 

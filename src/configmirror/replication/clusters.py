@@ -66,11 +66,6 @@ class Member:
         """Never the kubeconfig: it holds a credential."""
         return f"Member({self.name!r}, labels={dict(self.labels)!r}, secret={self.secret!r})"
 
-    def same_connection(self, other: Member) -> bool:
-        """Whether `other` reaches the cluster as this does (a label change is not a new
-        connection)."""
-        return self.kubeconfig == other.kubeconfig
-
 
 def valid_name(name: str) -> bool:
     """A cluster name: a DNS label, as a namespace's."""
