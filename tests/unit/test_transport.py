@@ -14,6 +14,7 @@ import select
 import socket
 import socketserver
 import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -31,6 +32,7 @@ from configmirror.client.transport import (
     MAX_HEADERS,
     MAX_LINE,
     Connections,
+    Response,
     Stream,
     UnsupportedSetting,
     _Connection,
@@ -1554,3 +1556,271 @@ def test_a_stream_without_a_body_by_its_status_or_method_ends_at_once(raw: bytes
     finally:
         theirs.close()
         ours.close()
+
+
+# -- TLS session resumption: a new connection resumes an earlier one's session -------------------
+
+
+def issued(pki: Pki, issuer: str, names: str) -> tuple[Path, Path]:
+    """A server certificate and its key, for `names` (a subjectAltName value), signed by the
+    test CA `issuer` ("ca", or "other-ca", which the client does not trust)."""
+    folder = pki.ca.parent
+    stem = f"issued-{len(list(folder.glob('issued-*.crt')))}"  # a new one each time
+    key, request, cert, ext = (folder / f"{stem}.{suffix}"
+                               for suffix in ("key", "csr", "crt", "ext"))
+    ext.write_text(f"subjectAltName={names}\nextendedKeyUsage=serverAuth\n")
+    for args in (["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                  "-out", str(key)],
+                 ["req", "-new", "-key", str(key), "-subj", "/CN=elsewhere", "-out",
+                  str(request)],
+                 ["x509", "-req", "-in", str(request), "-CA", str(folder / f"{issuer}.crt"),
+                  "-CAkey", str(folder / f"{issuer}.key"), "-CAcreateserial", "-days", "2",
+                  "-extfile", str(ext), "-out", str(cert)]):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def serving(cert: Path, key: Path) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+def never_resuming(pki: Pki) -> ssl.SSLContext:
+    """The test server's context, with no session tickets and no session kept to resume."""
+    context = pki.server_context()
+    context.options |= ssl.OP_NO_TICKET
+    context.num_tickets = 0
+    return context
+
+
+class ResumingServer:
+    """An HTTPS server that answers GET with whether its connection resumed a TLS session;
+    `restart` serves the same port anew (a new process would: new session ticket keys)."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                resumed = self.connection.session_reused
+                body = json.dumps({"resumed": resumed}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._handler = Handler
+        self.local = LocalServer(Handler, tls=context)
+        self.port: int = self.local.server.server_address[1]
+
+    def restart(self, context: ssl.SSLContext) -> None:
+        self.local.stop()
+        port = self.port
+
+        class OnTheSamePort(http.server.ThreadingHTTPServer):
+            def __init__(self, address: Any, handler: Any) -> None:
+                super().__init__(("127.0.0.1", port), handler)  # not the free one asked
+
+        self.local = LocalServer(self._handler, tls=context, server_class=OnTheSamePort)
+
+    def stop(self) -> None:
+        self.local.stop()
+
+
+@pytest.fixture
+def resuming(pki: Pki) -> Iterator[ResumingServer]:
+    running = ResumingServer(pki.server_context())
+    yield running
+    running.stop()
+
+
+def pool_to(port: int, pki: Pki) -> Connections:
+    configuration = client.Configuration(host=f"https://127.0.0.1:{port}")
+    configuration.ssl_ca_cert = str(pki.ca)
+    return Connections(endpoint(configuration), maxsize=4)
+
+
+@pytest.fixture
+def tls_conns(resuming: ResumingServer, pki: Pki) -> Iterator[Connections]:
+    connections = pool_to(resuming.port, pki)
+    yield connections
+    connections.close()
+
+
+def get_on_a_new_connection(conns: Connections) -> Response:
+    conns.discard_idle()
+    return conns.request("GET", "/version", None, {}, 5)
+
+
+def offered(spy: Any) -> list[bool]:
+    """Per handshake the spy saw: was a session offered?"""
+    return [call.kwargs["session"] is not None for call in spy.call_args_list]
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3],
+                         ids=["tls1.2", "tls1.3"])
+def test_every_connection_after_the_first_resumes_the_session_and_works(
+        pki: Pki, version: ssl.TLSVersion) -> None:
+    context = pki.server_context()
+    context.maximum_version = version
+    server = ResumingServer(context)
+    conns = pool_to(server.port, pki)
+    try:
+        answers = [get_on_a_new_connection(conns) for _ in range(4)]
+    finally:
+        conns.close()
+        server.stop()
+    assert [json.loads(answer.data) for answer in answers] == \
+        [{"resumed": False}] + [{"resumed": True}] * 3
+
+
+def test_a_connection_opened_for_a_stream_gives_its_session_to_the_next(
+        resuming: ResumingServer, tls_conns: Connections) -> None:
+    stream = tls_conns.stream("GET", "/version", {}, 5)
+    assert stream.read_all(5) == b'{"resumed": false}'
+    stream.close()
+    assert get_on_a_new_connection(tls_conns).data == b'{"resumed": true}'
+
+
+def test_the_session_is_read_once_from_the_connection_that_made_it(
+        resuming: ResumingServer, tls_conns: Connections, mocker: Any) -> None:
+    # Reading one costs half of what resuming saves: the ssl module copies it, certificate too.
+    real: property = vars(ssl.SSLSocket)["session"]
+    reads: list[ssl.SSLSocket] = []
+
+    def read(sock: ssl.SSLSocket) -> ssl.SSLSession | None:
+        reads.append(sock)
+        session: ssl.SSLSession | None = real.__get__(sock)
+        return session
+
+    mocker.patch.object(ssl.SSLSocket, "session", property(read, real.fset))
+    answers = [tls_conns.request("GET", "/version", None, {}, 5).data for _ in range(3)]
+    answers += [get_on_a_new_connection(tls_conns).data for _ in range(2)]
+    assert answers == [b'{"resumed": false}'] * 3 + [b'{"resumed": true}'] * 2
+    assert len(reads) == 1
+
+
+@pytest.mark.parametrize(("issuer", "names", "fault"), [
+    ("other-ca", f"DNS:{SERVER_NAME},IP:127.0.0.1", "unable to get local issuer certificate"),
+    ("ca", "DNS:elsewhere.configmirror.test", "IP address mismatch"),
+], ids=["untrusted-ca", "another-name"])
+def test_a_server_back_with_a_certificate_to_refuse_is_refused_as_without_a_session(
+        resuming: ResumingServer, tls_conns: Connections, pki: Pki, mocker: Any,
+        issuer: str, names: str, fault: str) -> None:
+    get_on_a_new_connection(tls_conns)  # a session kept
+    resuming.restart(serving(*issued(pki, issuer, names)))
+    handshakes = mocker.spy(tls_conns.endpoint.tls, "wrap_socket")
+    with no_unclosed_sockets(), pytest.raises(ssl.SSLCertVerificationError) as offering:
+        get_on_a_new_connection(tls_conns)
+    fresh = Connections(tls_conns.endpoint, maxsize=1)
+    with no_unclosed_sockets(), pytest.raises(ssl.SSLCertVerificationError) as without:
+        get_on_a_new_connection(fresh)
+    assert offered(handshakes) == [True, False]
+    assert fault in str(offering.value)
+    assert str(offering.value) == str(without.value)
+
+
+def test_a_session_a_handshake_failed_with_is_offered_no_more(
+        resuming: ResumingServer, tls_conns: Connections, pki: Pki, mocker: Any) -> None:
+    get_on_a_new_connection(tls_conns)
+    resuming.restart(serving(*issued(pki, "other-ca", "IP:127.0.0.1")))
+    handshakes = mocker.spy(tls_conns.endpoint.tls, "wrap_socket")
+    for _ in range(2):
+        with pytest.raises(ssl.SSLCertVerificationError):
+            get_on_a_new_connection(tls_conns)
+    assert offered(handshakes) == [True, False]
+
+
+def test_a_failed_handshake_leaves_the_session_another_connection_brought_meanwhile(
+        resuming: ResumingServer, tls_conns: Connections, pki: Pki, mocker: Any) -> None:
+    for _ in range(2):
+        get_on_a_new_connection(tls_conns)  # a session kept, and resumed
+    resuming.restart(pki.server_context())  # worthless now
+    tls = tls_conns.endpoint.tls
+    assert tls is not None
+    handshake = tls.wrap_socket
+
+    def failing_after_another_connection(sock: socket.socket, **kwargs: Any) -> ssl.SSLSocket:
+        if handshakes.call_count > 1:
+            return handshake(sock, **kwargs)
+        sock.close()  # this handshake fails (the test server handshakes one at a time)...
+        tls_conns.request("GET", "/version", None, {}, 5)  # ...after another one's, full
+        raise ssl.SSLError("the handshake failed")
+
+    handshakes = mocker.patch.object(tls, "wrap_socket",
+                                     side_effect=failing_after_another_connection)
+    with pytest.raises(ssl.SSLError, match="the handshake failed"):
+        get_on_a_new_connection(tls_conns)
+    assert get_on_a_new_connection(tls_conns).data == b'{"resumed": true}'
+
+
+def test_a_session_the_server_declines_gives_way_to_the_new_connections_own(
+        resuming: ResumingServer, tls_conns: Connections, pki: Pki, mocker: Any) -> None:
+    for _ in range(2):
+        get_on_a_new_connection(tls_conns)  # a session kept, and resumed
+    resuming.restart(pki.server_context())  # new ticket keys: the session is worthless
+    handshakes = mocker.spy(tls_conns.endpoint.tls, "wrap_socket")
+    answers = [get_on_a_new_connection(tls_conns).data for _ in range(3)]
+    assert answers == [b'{"resumed": false}', b'{"resumed": true}', b'{"resumed": true}']
+    assert offered(handshakes) == [True, True, True]
+
+
+def test_a_server_that_never_resumes_gets_full_handshakes_that_work(
+        pki: Pki, mocker: Any) -> None:
+    server = ResumingServer(never_resuming(pki))
+    conns = pool_to(server.port, pki)
+    handshakes = mocker.spy(conns.endpoint.tls, "wrap_socket")
+    try:
+        answers = [get_on_a_new_connection(conns) for _ in range(3)]
+    finally:
+        conns.close()
+        server.stop()
+    assert [(answer.status, answer.data) for answer in answers] == \
+        [(200, b'{"resumed": false}')] * 3
+    assert offered(handshakes) == [False] * 3
+
+
+def test_a_server_back_without_resumption_is_offered_the_old_session_once(
+        resuming: ResumingServer, tls_conns: Connections, pki: Pki, mocker: Any) -> None:
+    get_on_a_new_connection(tls_conns)
+    resuming.restart(never_resuming(pki))
+    handshakes = mocker.spy(tls_conns.endpoint.tls, "wrap_socket")
+    answers = [get_on_a_new_connection(tls_conns).data for _ in range(3)]
+    assert answers == [b'{"resumed": false}'] * 3
+    assert offered(handshakes) == [True, False, False]
+
+
+def balancer(order: list[int]) -> RawServer:
+    """A TCP balancer on 127.0.0.1 that sends each new connection to the next port of `order`,
+    as a Service's proxy spreads them over API servers."""
+    ports = iter(order)
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            with socket.create_connection(("127.0.0.1", next(ports)), 5) as upstream:
+                pipe(self.request, upstream)
+
+    return RawServer(Handler)
+
+
+def test_a_pool_stops_offering_sessions_once_declined_more_than_resumed(
+        pki: Pki, mocker: Any) -> None:
+    servers = [ResumingServer(pki.server_context()) for _ in range(3)]  # keys of their own
+    a, b, c = (server.port for server in servers)
+    with balancer([a, a, b, c, a, b]) as spreading:
+        conns = pool_to(spreading.port, pki)
+        handshakes = mocker.spy(conns.endpoint.tls, "wrap_socket")
+        try:
+            answers = [get_on_a_new_connection(conns).data for _ in range(6)]
+        finally:
+            conns.close()
+            for server in servers:
+                server.stop()
+    assert [json.loads(answer)["resumed"] for answer in answers] == \
+        [False, True, False, False, False, False]
+    # Resumed 1 (a), declined 1 (b, whose session is kept), declined 2 (c): no more offers.
+    assert offered(handshakes) == [False, True, True, True, False, False]

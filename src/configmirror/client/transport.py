@@ -31,6 +31,18 @@ connection: whatever silenced one open flow (a NAT or load balancer that forgot 
 proxy) usually silenced all that were open with it, and a fresh one costs a handshake.
 A stream (a watch) has a connection of its own, read with a timeout per read, and can be
 closed from another thread.
+
+A new TLS connection resumes the session of an earlier one of the same pool (same server, same
+server name, same SSLContext) when the server allows it: a pool dials up to one connection per
+worker, and a new connection (connect, handshake, one request) costs the client 4.2M
+instructions resumed against 7.3M with a full handshake (6.9M with an RSA certificate; counted
+with callgrind, Python 3.11 and OpenSSL 3.0). The server's certificate was verified, for this
+server name, when the session was made; a server that does not resume it (a restart gives it
+new ticket keys) makes a full handshake, verified as ever. The session is read from a
+connection that made a full handshake, once its first answer is in (TLS 1.3 sends tickets after
+the handshake), and only then: reading one costs 1.6M instructions (the ssl module copies it,
+certificate and all). The newest is kept, and dropped when a handshake offering it fails or the
+server declines it; a server that declines more than it resumes is offered none (`_Sessions`).
 """
 
 from __future__ import annotations
@@ -250,6 +262,7 @@ class Connections:
         self.endpoint = target
         self._maxsize = max(maxsize, 1)
         self._idle: list[_Connection] = []  # most recently used last (LIFO: warm sockets)
+        self._sessions = _Sessions()  # TLS: what the next connection offers to resume
         self._lock = threading.Lock()
         self._closed = False
 
@@ -271,6 +284,8 @@ class Connections:
             if isinstance(err, TimeoutError) and conn.reader.received == before:
                 self.discard_idle()  # silent, not slow: the others may be silent too
             raise
+        if conn.session_due:
+            self._keep_session(conn)
         if keep_alive and not conn.reader.buffered():
             self._give_back(conn)
         else:
@@ -309,6 +324,8 @@ class Connections:
         except BaseException:
             conn.close()
             raise
+        if conn.session_due:
+            self._keep_session(conn)
         return Stream(conn, method, answer, self if give_back else None)
 
     def discard_idle(self) -> int:
@@ -364,11 +381,37 @@ class Connections:
             if proxy is not None and target.tls is not None:
                 _tunnel(sock, target, proxy)
             if target.tls is not None:
-                sock = target.tls.wrap_socket(sock, server_hostname=target.server_hostname)
+                return self._handshake(sock, target.tls, limit)
         except BaseException:
             sock.close()
             raise
         return _Connection(sock, limit)
+
+    def _handshake(self, sock: socket.socket, tls: ssl.SSLContext,
+                   timeout: float) -> _Connection:
+        """TLS over `sock`, offering the session kept (the server resumes it, or makes a full,
+        verified handshake)."""
+        session = self._sessions.offer()
+        try:
+            wrapped = tls.wrap_socket(sock, server_hostname=self.endpoint.server_hostname,
+                                      session=session)
+        except BaseException:
+            self._sessions.declined(session)
+            raise
+        if wrapped.session_reused:
+            self._sessions.resumed()
+            return _Connection(wrapped, timeout)
+        self._sessions.declined(session)  # restarted, keys rotated, or another server
+        return _Connection(wrapped, timeout, session_due=self._sessions.wanted())
+
+    def _keep_session(self, conn: _Connection) -> None:
+        """Keep the session of a connection that made a full handshake, once it has read its
+        first answer (where TLS 1.3's tickets arrive), if it has a ticket to resume it with
+        (Go's crypto/tls, the API server's, resumes no other kind)."""
+        conn.session_due = False
+        session = conn.sock.session if isinstance(conn.sock, ssl.SSLSocket) else None
+        if session and session.has_ticket:
+            self._sessions.keep(session)
 
     def _give_back(self, conn: _Connection) -> None:
         with self._lock:
@@ -376,6 +419,49 @@ class Connections:
                 self._idle.append(conn)
                 return
         conn.close()
+
+
+class _Sessions:
+    """The TLS session a pool offers its next connection (to its one server name), and whether
+    offering one pays.
+
+    A declined offer costs more than a full handshake alone: the ssl module copies a session,
+    certificate and all, each time one is offered or read. A balancer that spreads connections
+    over servers with ticket keys of their own (the in-cluster `kubernetes` Service over
+    several API servers) declines most offers; so once the server has declined more sessions
+    than it resumed handshakes, the pool reads and offers none any more.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._session: ssl.SSLSession | None = None  # offered next: the newest kept, if any
+        self._resumed = 0   # handshakes the server resumed
+        self._declined = 0  # sessions dropped (declined, or a handshake offering one failed);
+                            # more than _resumed: no session is read or offered any more
+
+    def offer(self) -> ssl.SSLSession | None:
+        with self._lock:
+            return self._session
+
+    def wanted(self) -> bool:
+        """Whether a new connection's session is worth reading."""
+        with self._lock:
+            return self._declined <= self._resumed
+
+    def keep(self, session: ssl.SSLSession) -> None:
+        with self._lock:
+            self._session = session
+
+    def resumed(self) -> None:
+        with self._lock:
+            self._resumed += 1
+
+    def declined(self, session: ssl.SSLSession | None) -> None:
+        """Offer `session` no more (unless a newer one replaced it already)."""
+        with self._lock:
+            if session is not None and self._session is session:
+                self._session = None
+                self._declined += 1
 
 
 def _tunnel(sock: socket.socket, target: Endpoint, proxy: Proxy) -> None:
@@ -396,13 +482,14 @@ def _tunnel(sock: socket.socket, target: Endpoint, proxy: Proxy) -> None:
 
 
 class _Connection:
-    """One connected socket (plain, or TLS verified against the endpoint's server name) and
-    the reader its answers are parsed by."""
+    """One connected socket (plain, or TLS verified against the endpoint's server name, now
+    or when the session it resumed was made) and the reader its answers are parsed by."""
 
-    def __init__(self, sock: socket.socket, timeout: float) -> None:
+    def __init__(self, sock: socket.socket, timeout: float, session_due: bool = False) -> None:
         self.sock = sock
         self.reader = _Reader(sock)
         self.timeout = timeout  # the timeout now set on the socket
+        self.session_due = session_due  # a full TLS handshake: read its session after an answer
 
     def dropped(self) -> bool:
         """True when the idle connection is unusable: the server closed it (or sent
