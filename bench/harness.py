@@ -44,6 +44,7 @@ REPLICA_SELECTOR = f"{REPLICA_LABEL}=true"
 GOWRITER_BUILD = REPO / "bench" / "gowriter" / "build.sh"
 BEST_CONCURRENCY = 32   # the Go writer's second run: past the server's limit on this machine
 OPERATOR_FLAGS = ("--kube-api-qps", "0")  # benchmarks measure the pace, not the limit
+GO_INFORMER = "go+informer"  # the Go writer with -informer: it watches what it writes
 BARE_CLIENT = "bare-client"  # the Python bare client's user agent (the audit log tells it apart)
 
 
@@ -249,16 +250,35 @@ class ReplicaWatcher:
         self._thread.start()
 
     def _run(self) -> None:
+        relist = False
         while not self._stop.is_set():
             try:
+                if relist:
+                    self._relist()
+                    relist = False
                 self._stream = self._kube.watch(self._collection, {
                     "labelSelector": REPLICA_SELECTOR, "resourceVersion": self._rv,
                     "allowWatchBookmarks": "true", "timeoutSeconds": 600}, read_timeout=660)
                 for event in self._stream:
+                    if event["type"] == "ERROR":  # 410: an API server restarted since
+                        relist = True
+                        break
                     self._on(event)
             except Exception:
                 if not self._stop.is_set():
+                    relist = True  # what happened meanwhile may be out of the watch's reach
                     time.sleep(0.2)
+
+    def _relist(self) -> None:
+        """Take up what the list says (each object as if modified now), then watch from it."""
+        body = self._kube.request("list", self._collection, {"labelSelector": REPLICA_SELECTOR})
+        keys = set()
+        for item in body["items"]:
+            self._on({"type": "MODIFIED", "object": item})
+            keys.add(_key(item))
+        with self._lock:
+            self._live &= keys
+        self._rv = body["metadata"]["resourceVersion"]
 
     def _on(self, event: dict[str, Any]) -> None:
         now = time.monotonic()
@@ -532,12 +552,18 @@ class Baselines:
 
     def measure(self, verb: str = "create") -> None:
         """One pass of every baseline writer: create the bodies (or update them, when they
-        exist already), then delete what was created."""
+        exist already), then delete what was created. Creates are also written by the Go
+        writer with an informer on what it writes (-informer), at the operator's
+        concurrency: the like-with-like baseline of CPU per write, since the operator watches
+        its own writes too."""
         for concurrency in self.concurrencies:
             self._record(f"go@{concurrency}", self.go(verb, concurrency))
             if verb == "create":
                 self.clear()
         if verb == "create":
+            self._record(f"{GO_INFORMER}@{self._concurrency}",
+                         self.go(verb, self._concurrency, informer=True))
+            self.clear()
             self._record(f"python@{self._concurrency}", self.python(self._concurrency))
             self.clear()
 
@@ -548,12 +574,14 @@ class Baselines:
         """The Go writer's best rate at any concurrency measured (the server's limit)."""
         return max((self.mean(f"go@{c}") for c in self.concurrencies), key=lambda r: r.rate)
 
-    def go(self, verb: str, concurrency: int, bodies: Path | None = None) -> Run:
+    def go(self, verb: str, concurrency: int, bodies: Path | None = None,
+           informer: bool = False) -> Run:
         cluster = self._session.cluster
         mark, server = time.time(), cluster.server_cpu()
         done = subprocess.run(
             [str(self._binary), "-kubeconfig", cluster.kubeconfig, "-bodies",
-             str(bodies or self._file), "-concurrency", str(concurrency), "-verb", verb],
+             str(bodies or self._file), "-concurrency", str(concurrency), "-verb", verb,
+             *(["-informer", "-selector", REPLICA_SELECTOR] if informer else [])],
             capture_output=True, text=True, check=False, timeout=1800)
         if done.returncode != 0:
             sys.exit(f"bench: the Go writer failed: {done.stderr[-2000:]}")
@@ -561,6 +589,9 @@ class Baselines:
         if result["errors"]:
             sys.exit(f"bench: the Go writer had {result['errors']} errors; the first: "
                      f"{result.get('first_error')}")
+        if informer and result.get("informer_seen") != result["writes"]:
+            sys.exit(f"bench: the Go writer's informer saw {result.get('informer_seen')} of "
+                     f"its {result['writes']} writes")
         server = _delta(cluster.server_cpu(), server)
         window = cluster.window("gowriter", verb, mark, int(result["writes"]))
         return Run("go", concurrency, int(result["writes"]),
@@ -646,7 +677,18 @@ def ratio_lines(ours: Run, baselines: Baselines) -> list[str]:
     same = baselines.mean(f"go@{ours.concurrency}")
     best = baselines.best()
     python = baselines.mean(f"python@{ours.concurrency}")
+    lines = []
+    if f"{GO_INFORMER}@{ours.concurrency}" in baselines.runs:
+        watching = baselines.mean(f"{GO_INFORMER}@{ours.concurrency}")
+        if ours.cpu_per_1000 and watching.cpu_per_1000 and same.cpu_per_1000:
+            lines.append(
+                f"  CPU per 1000 writes: configmirror {ours.cpu_per_1000:.3f} s = "
+                f"{ours.cpu_per_1000 / watching.cpu_per_1000:.2f}x the Go writer with an "
+                f"informer on its writes ({watching.cpu_per_1000:.3f} s; goal <= 1.2), "
+                f"{ours.cpu_per_1000 / same.cpu_per_1000:.2f}x the bare Go writer "
+                f"({same.cpu_per_1000:.3f} s)")
     return [
+        *lines,
         f"  configmirror / Go writer at the same concurrency ({same.concurrency}) = "
         f"{ours.rate / same.rate:.2f} (goal >= 0.8)",
         f"  configmirror / Go writer at its best ({best.concurrency}) = "
@@ -672,6 +714,10 @@ def run_table(runs: Sequence[tuple[str, Run]]) -> list[str]:
 def baseline_rows(baselines: Baselines) -> list[tuple[str, Run]]:
     rows = [(f"Go client-go, {c} goroutines", baselines.mean(f"go@{c}"))
             for c in baselines.concurrencies]
+    for label in baselines.runs:
+        if label.startswith(f"{GO_INFORMER}@"):
+            rows.append((f"Go client-go + informer, {label.split('@')[1]} goroutines",
+                         baselines.mean(label)))
     python = baselines.mean(baselines.labels[-1])
     rows.append((f"Python bare client, {python.concurrency} threads", python))
     return rows
