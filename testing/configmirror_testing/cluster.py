@@ -116,7 +116,9 @@ SOURCE_LABEL = {"configmirror.io/source": "true"}  # deploy/'s --source-namespac
 
 
 def unique_name(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(3)}"
+    """`prefix` and 8 random hex digits: a test that makes 300 namespaces drew two of the same
+    name about once in 370 runs with 6; with 8, once in 95,000."""
+    return f"{prefix}-{secrets.token_hex(4)}"
 
 
 class Namespaces:
