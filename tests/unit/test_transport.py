@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -825,26 +825,36 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
+def json_handler(answer: Callable[[ssl.SSLSocket], dict[str, Any]]
+                 ) -> type[http.server.BaseHTTPRequestHandler]:
+    """A handler answering every GET with `answer(its TLS connection)` as JSON."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            body = json.dumps(answer(self.connection)).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
+
+
 class TLSServer:
     """An HTTPS server answering GET with the common name of the client's certificate."""
 
     def __init__(self, pki: Pki, require_client_cert: bool = False) -> None:
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def client(connection: ssl.SSLSocket) -> dict[str, Any]:
+            peer = connection.getpeercert()
+            subject = dict(pair[0] for pair in (peer or {}).get("subject", ()))  # type: ignore[misc]
+            return {"client": subject.get("commonName")}
 
-            def do_GET(self) -> None:
-                peer = self.connection.getpeercert()  # type: ignore[attr-defined]
-                subject = dict(pair[0] for pair in (peer or {}).get("subject", ()))
-                body = json.dumps({"client": subject.get("commonName")}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self.local = LocalServer(Handler, tls=pki.server_context(require_client_cert))
+        self.local = LocalServer(json_handler(client),
+                                 tls=pki.server_context(require_client_cert))
         self.port = self.local.server.server_address[1]
 
     def stop(self) -> None:
@@ -1599,22 +1609,9 @@ class ResumingServer:
     `restart` serves the same port anew (a new process would: new session ticket keys)."""
 
     def __init__(self, context: ssl.SSLContext) -> None:
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:
-                resumed = self.connection.session_reused
-                body = json.dumps({"resumed": resumed}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-        self._handler = Handler
-        self.local = LocalServer(Handler, tls=context)
+        self._handler = json_handler(
+            lambda connection: {"resumed": connection.session_reused})
+        self.local = LocalServer(self._handler, tls=context)
         self.port: int = self.local.server.server_address[1]
 
     def restart(self, context: ssl.SSLContext) -> None:
