@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +147,16 @@ class Namespaces:
             metadata=client.V1ObjectMeta(name=name, labels=labels)))
         self.created.append(name)
         return name
+
+    def many(self, count: int, labels: dict[str, str] | None = None,
+             names: Sequence[str] | None = None) -> list[str]:
+        """`count` namespaces with the same labels (named `names` if given), created several
+        at once, in the order asked: 1,000 one after another took half a minute."""
+        chosen = list(names) if names is not None else [unique_name(self.prefix)
+                                                         for _ in range(count)]
+        assert len(chosen) == count, f"{len(chosen)} names for {count} namespaces"
+        with ThreadPoolExecutor(max_workers=CLEANUP_THREADS) as pool:
+            return list(pool.map(lambda name: self(labels, name), chosen))
 
     def delete(self, name: str, finalize: bool = True) -> None:
         """Delete a namespace; with `finalize`, on the bare control plane, also do the

@@ -102,7 +102,7 @@ def test_the_switch_keeps_every_mirror_and_patches_each_once(
         by: str) -> None:
     base = unique_name("adopt")
     home = namespaces(name=f"{base}-platform")
-    targets = [namespaces(name=f"{base}-t{i:02d}") for i in range(MIRRORS)]
+    targets = namespaces.many(MIRRORS, names=[f"{base}-t{i:02d}" for i in range(MIRRORS)])
     core = cluster.core
     notes = SOURCE_ANNOTATIONS[tool](base)
     if by == "annotation":

@@ -36,8 +36,7 @@ def replicas_with(cluster: Cluster, label: str, data: dict[str, str]) -> int:
 def test_one_source_to_300_namespaces_spreads_its_writes_over_every_worker(
         cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
     src = namespaces()
-    for _ in range(300):
-        namespaces(labels={"fanout": src})
+    namespaces.many(300, labels={"fanout": src})
     operator = operators("--workers", "4", "--kube-api-qps", "0")
     cluster.core.create_namespaced_config_map(src, configmap(
         "ca", {REPLICATE_TO_MATCHING: f"fanout={src}"}, data={"v": "1"}))
@@ -120,8 +119,7 @@ def _stamps(events: list[dict[str, Any]]) -> list[float]:
 def test_a_fan_out_to_300_namespaces_never_exceeds_the_client_side_rate_limit(
         cluster: Cluster, namespaces: Namespaces, operators: Operators, tmp_path: Path) -> None:
     src = namespaces()
-    for _ in range(300):
-        namespaces(labels={"fanout": src})
+    namespaces.many(300, labels={"fanout": src})
     kubeconfig, user = restricted_operator_identity(cluster, src, [], tmp_path)
     cluster.rbac.create_cluster_role_binding({  # may write everywhere, as itself
         "metadata": {"name": f"{src}-write"},

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,11 @@ pytestmark = pytest.mark.controlplane
 
 def create_sources(cluster: Cluster, namespace: str, count: int, annotations: dict[str, str],
                    prefix: str) -> list[str]:
+    """`count` sources named PREFIX-0000 on, created eight at once."""
     names = [f"{prefix}-{i:04d}" for i in range(count)]
-    for name in names:
-        cluster.core.create_namespaced_config_map(namespace, configmap(
-            name, annotations, data={"name": name}))
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda name: cluster.core.create_namespaced_config_map(
+            namespace, configmap(name, annotations, data={"name": name})), names))
     return names
 
 
@@ -104,7 +106,7 @@ def test_a_10_s_apiserver_outage_right_after_an_edit_delays_replicas_by_seconds_
     plane = cluster.require_plane()
     src = namespaces()
     label = f"outage-{src}"
-    targets = [namespaces(labels={"fault": label}) for _ in range(200)]
+    targets = namespaces.many(200, labels={"fault": label})
     operator = operators()
     cluster.core.create_namespaced_config_map(src, configmap(
         "cfg", {REPLICATE_TO_MATCHING: f"fault={label}"}, data={"v": "1"}))
@@ -426,8 +428,7 @@ def test_a_thousand_sources_with_random_invalid_annotations(
     invalid: set[str] = set()
     api = cluster.core
 
-    def make(i: int) -> None:
-        name = f"mixed-{i:04d}"
+    def annotations_of(name: str) -> dict[str, str]:
         if rng.random() < 0.5:
             key, value = rng.choice(INVALID)
             annotations = {key: value}
@@ -435,12 +436,14 @@ def test_a_thousand_sources_with_random_invalid_annotations(
                 other = REPLICATE_TO if key == REPLICATE_TO_MATCHING else REPLICATE_TO_MATCHING
                 annotations[other] = a if other == REPLICATE_TO else "env=prod"
             invalid.add(name)
-        else:
-            annotations = {REPLICATE_TO: f"{a},{b}"}
-        api.create_namespaced_config_map(src, configmap(name, annotations))
+            return annotations
+        return {REPLICATE_TO: f"{a},{b}"}
 
-    for i in range(1000):
-        make(i)
+    # Drawn in order (the same thousand every run), created eight at once.
+    drawn = [(f"mixed-{i:04d}", annotations_of(f"mixed-{i:04d}")) for i in range(1000)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda item: api.create_namespaced_config_map(
+            src, configmap(item[0], item[1])), drawn))
     operator = operators()
     valid = {f"mixed-{i:04d}" for i in range(1000)} - invalid
     wait_for(lambda: all(names == valid for names in replicas_by_namespace(cluster, [a, b])

@@ -56,7 +56,7 @@ def replicate(cluster: Cluster, namespaces: Namespaces, count: int,
     """A source `cfg` (v=1) in a new namespace, replicated into `count` new ones; waits for
     every replica."""
     src = namespaces()
-    targets = [namespaces() for _ in range(count)]
+    targets = namespaces.many(count)
     cluster.core.create_namespaced_config_map(src, configmap(
         "cfg", {REPLICATE_TO: ",".join(targets)}, data={"v": "1"}))
     wait_for(lambda: replicated(cluster, targets, {"v": "1"}) == count, timeout=120,
@@ -304,9 +304,9 @@ def test_a_429_storm_converges_with_exactly_the_writes_needed_and_gives_nothing_
         throttle = Throttle(plane, home, account)
         throttle.apply()
         label = f"storm-{home}"
-        # Named, not random: 2,000 random names of 6 hex digits in one module collide
-        # about one run in eight.
-        targets = [spaces(labels={"storm": label}, name=f"{home}-{i:04d}") for i in range(1000)]
+        # Named, not random: 2,000 random names in one module would risk a collision.
+        targets = spaces.many(1000, labels={"storm": label},
+                              names=[f"{home}-{i:04d}" for i in range(1000)])
         src = spaces()
         operator = operators(*flags, kubeconfig=kubeconfig)
         started = time.monotonic()

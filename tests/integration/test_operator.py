@@ -72,7 +72,7 @@ def test_sigterm_mid_convergence_finishes_in_flight_writes_starts_no_more_and_ex
         cluster: Cluster, namespaces: Namespaces, operators: Operators) -> None:
     src = namespaces()
     label = {"configmirror-sigterm": src}
-    targets = [namespaces(labels=label) for _ in range(150)]
+    targets = namespaces.many(150, labels=label)
     cluster.core.create_namespaced_config_map(src, configmap(
         "cfg", {REPLICATE_TO_MATCHING: f"configmirror-sigterm={src}"}))
     # 10 writes a second: 150 replicas take 15 s, so a SIGTERM after the first is mid-way by
