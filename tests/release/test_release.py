@@ -344,8 +344,11 @@ def test_checksums_txt_covers_every_file_of_dist_and_they_match(release: Release
 
 def test_an_unsigned_release_says_so_and_carries_no_signature(
         registry: Registry, cosign: Path, release: Release, tmp_path: Path) -> None:
+    # One image and one plugin archive: what is asked here is the signatures, and the full
+    # set of platforms is the signed release's (the plugin's archives alone take a minute).
     unsigned = publish(registry, "unsigned", __version__, tmp_path / "dist", tmp_path / "log",
-                       extra=["PLATFORMS=linux/amd64"])
+                       extra=["PLATFORMS=linux/amd64", "KREW_PLATFORMS=linux/amd64",
+                              "KREW_PYTHONS=3.11"])
     assert "UNSIGNED" in unsigned.output
     assert dict(unsigned.manifests()).keys() == {"linux/amd64"}
     done = verify(cosign, release, f"{unsigned.image}:{unsigned.version}")
