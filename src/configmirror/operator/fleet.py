@@ -66,7 +66,7 @@ from configmirror.vocabulary import SECRETS, Kind, ObjectRef
 log = logging.getLogger(__name__)
 
 CHECK_EVERY = 5.0          # seconds between the fleet thread's probes and token checks
-PROBE_TIMEOUT = 5.0        # a member's probe (GET /version) waits at most this
+PROBE_TIMEOUT = 5.0        # a member's probe (GET /api) waits at most this
 MEMBER_STOP = 10.0         # a replaced or removed member's machinery stops within this
 UNREACHABLE = "ClusterUnreachable"
 RENEWAL_FAILED = "TokenRenewalFailed"
