@@ -185,7 +185,8 @@ lint: $(STAMP) ## ruff + mypy --strict + the layers (lint-imports) + hadolint (D
 # Each benchmark starts its own control plane and prints ratios against baselines measured in
 # the same run: the Go client-go writer (bench/gowriter, built once into the cache beside the
 # control plane) and the Python bare client. Operators run with --kube-api-qps 0.
-# `make bench BENCH_QUICK=1` runs every script at a tenth of the sizes.
+# `make bench BENCH_QUICK=1` runs every script at a tenth of the sizes. PEERS='--peer NAME=BINARY
+# --peer-crds NAME=PATH ...' adds peer operators the user built to bench_peers.py.
 SHAPE_NS   := $(if $(BENCH_QUICK),500,5000)
 WIDE_NS    := $(if $(BENCH_QUICK),100,1000)
 .PHONY: bench
@@ -204,6 +205,7 @@ bench: $(STAMP) ## benchmarks; each prints ratios against baselines measured in 
 	cd bench && ../$(PY) bench_restart.py --sources 20 --namespaces $(if $(BENCH_QUICK),50,500) $(if $(BENCH_QUICK),--rounds 1 --cycles 1 --resync 10) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_workers.py --namespaces $(SHAPE_NS) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_workers.py --sources 200 --namespaces $(if $(BENCH_QUICK),5,50) $(BENCH_ARGS)
+	cd bench && ../$(PY) bench_peers.py --namespaces $(if $(BENCH_QUICK),100,1000) $(PEERS) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_kopf.py --sources 200 --namespaces $(if $(BENCH_QUICK),5,50) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_memory.py $(if $(BENCH_QUICK),--configmaps 1000 --namespaces 10 --wide-namespaces 500) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_secret_memory.py $(BENCH_ARGS)
