@@ -721,7 +721,7 @@ def median(rounds: list[dict[str, Any]], key: str) -> float | None:
 
 def table(shape: str, results: dict[str, list[dict[str, Any]]]) -> list[str]:
     names = list(results)
-    lines = [f"  {'':<32}" + "".join(f"{n:>23}" for n in names)]
+    lines = [f"  {'measure':<32}" + "".join(f"{n:>23}" for n in names)]
     for key, label, scale, fmt in ROWS[shape.split("-", maxsplit=1)[0]]:
         cells = []
         for name in names:
