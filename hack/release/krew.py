@@ -112,18 +112,26 @@ def is_pure(wheel: str) -> bool:
 # -- wheelhouse --------------------------------------------------------------------------------
 
 def wheelhouse(wheel: Path, dest: Path, platform: str, pythons: list[str]) -> None:
+    """One `pip download` per CPython, all at once: each spends most of its time resolving on
+    one core, and a release runs them while the other core is often idle."""
     if platform not in PIP_PLATFORMS:
         raise SystemExit(f"krew: {platform}: not one of {', '.join(PIP_PLATFORMS)}")
     for version in pythons:
         if not re.fullmatch(r"3\.\d+", version):
             raise SystemExit(f"krew: {version}: not a CPython version 3.X")
+    flags = [f"--platform={p}" for p in PIP_PLATFORMS[platform]]
+    downloads = []
+    for version in pythons:
         folder = dest / f"cp{version.replace('.', '')}"
         folder.mkdir(parents=True, exist_ok=True)
-        flags = [f"--platform={p}" for p in PIP_PLATFORMS[platform]]
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet",
-                        "--disable-pip-version-check", "--only-binary=:all:",
-                        "--implementation", "cp", "--python-version", version, *flags,
-                        "--dest", str(folder), str(wheel)], check=True)
+        downloads.append((version, subprocess.Popen([
+            sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+            "--only-binary=:all:", "--implementation", "cp", "--python-version", version,
+            *flags, "--dest", str(folder), str(wheel)])))
+    failed = [version for version, proc in downloads if proc.wait() != 0]
+    if failed:
+        raise SystemExit(f"krew: pip download for {platform} failed for CPython "
+                         f"{', '.join(failed)} (pip's error is above)")
 
 
 # -- archive -----------------------------------------------------------------------------------
