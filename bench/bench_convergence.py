@@ -37,7 +37,6 @@ upgrade rewrites no replica the older code wrote.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from pathlib import Path
@@ -54,6 +53,7 @@ from harness import (
     operator_origin,
     operator_run,
     peak_rss_of,
+    percentile,
     ratio_lines,
     replica_body,
     run_json,
@@ -185,7 +185,7 @@ def main() -> None:
         if latencies:
             ordered = sorted(latencies)
             p50 = statistics.median(ordered)
-            p99 = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]  # nearest rank
+            p99 = percentile(ordered, 0.99)
             print(f"  {len(ordered)} sources edited one after another, edit -> its last of "
                   f"{args.namespaces} replicas written: p50 {p50 * 1000:.0f} ms, p99 "
                   f"{p99 * 1000:.0f} ms, max {ordered[-1] * 1000:.0f} ms")

@@ -14,7 +14,6 @@ the operator, and the best mean is used. The operator runs with --kube-api-qps 0
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 
@@ -28,6 +27,7 @@ from harness import (
     cpu_snapshot,
     load_average,
     machine,
+    percentile,
     replica_body,
     wait,
 )
@@ -99,7 +99,7 @@ def main() -> None:
 
         ordered = sorted(latencies)
         p50 = statistics.median(ordered)
-        p99 = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]  # nearest-rank percentile
+        p99 = percentile(ordered, 0.99)
         best = min((baselines.mean(f"go@{c}") for c in baselines.concurrencies),
                    key=lambda r: r.seconds)
         print(f"latency: {args.edits} edits of one source -> {n} replicas; operator "

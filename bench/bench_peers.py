@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import math
 import shutil
 import statistics
 import subprocess
@@ -81,6 +80,7 @@ from harness import (
     machine,
     parallel,
     peak_rss_of,
+    percentile,
     rss_of,
     save,
 )
@@ -430,13 +430,9 @@ class Bench:
         plane = self.session.cluster.plane
 
         def remove(name: str) -> None:
-            for path in (CM.format(name), f"/api/v1/namespaces/{name}/events"):
-                self.kube.request("delete", path)
             self.kube.request("delete", f"/api/v1/namespaces/{name}")
-            if plane is not None:  # no namespace controller here: finalize it ourselves
-                ns = self.kube.request("get", f"/api/v1/namespaces/{name}")
-                ns["spec"]["finalizers"] = []
-                self.kube.request("update", f"/api/v1/namespaces/{name}/finalize", body=ns)
+            if plane is not None:  # no namespace controller here: empty and finalize it
+                plane.finalize_namespace(name)
         parallel(remove, self.namespaces, 16)
         self.namespaces = []
 
@@ -484,11 +480,6 @@ def settle(watch: CopyWatch, quiet: float = 1.0, deadline: float = 30) -> None:
     end = time.monotonic() + deadline
     while time.monotonic() - watch.last_event < quiet and time.monotonic() < end:
         time.sleep(0.1)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]  # nearest rank
 
 
 def in_sync(result: dict[str, Any], process: Running) -> None:

@@ -29,7 +29,16 @@ from typing import Any
 from configmirror.client.kube import ApiError
 from configmirror.replication.spec import REPLICATE_TO
 from configmirror_testing.controlplane import spawn, stop_process
-from harness import RESULTS, Session, common_args, load_average, machine, save, wait
+from harness import (
+    RESULTS,
+    Session,
+    common_args,
+    load_average,
+    machine,
+    percentile,
+    save,
+    wait,
+)
 
 SOURCE = "app-config"
 ENV = "STAKATER_APP_CONFIG_CONFIGMAP"   # Reloader's name for a ConfigMap named app-config
@@ -106,8 +115,7 @@ def main() -> None:
     save("reloader", result)
 
     def ms(values: list[float], q: float) -> str:
-        ordered = sorted(values)
-        return f"{ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000:.0f} ms"
+        return f"{percentile(values, q) * 1000:.0f} ms"
     own = [b - a for a, b in zip(to_replica, to_template, strict=True)]
     print(f"{args.edits} edits of {SOURCE} ({load_average()}):")
     print(f"  edit -> replica updated by configmirror: p50 {ms(to_replica, 0.5)}, "

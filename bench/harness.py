@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import queue
 import subprocess
@@ -441,6 +442,12 @@ def replica_body(source_namespace: str, name: str, namespace: str,
            "data": {"payload": "x" * payload}}
     source = cached(raw, CONFIGMAP)
     return desired_body(source, namespace)
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The nearest-rank percentile `q` (0.5, 0.99) of `values`."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def wait(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> float:
