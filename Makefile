@@ -206,6 +206,7 @@ bench: $(STAMP) ## benchmarks; each prints ratios against baselines measured in 
 	cd bench && ../$(PY) bench_convergence.py --sources 200 --namespaces $(if $(BENCH_QUICK),5,50) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_convergence.py --sources 20 --namespaces $(if $(BENCH_QUICK),50,500) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_convergence.py --clusters 3 --namespaces $(if $(BENCH_QUICK),100,1000) $(BENCH_ARGS)
+	cd bench && ../$(PY) bench_scale.py $(if $(BENCH_QUICK),--points 100,1000,10000 --namespaces 100 --edits 5 --new-namespaces 5 --idle 10) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_storm.py --namespaces $(WIDE_NS) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_latency.py $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_latency.py --namespaces $(SHAPE_NS) --edits 5 $(BENCH_ARGS)
@@ -219,9 +220,14 @@ bench: $(STAMP) ## benchmarks; each prints ratios against baselines measured in 
 	cd bench && ../$(PY) bench_secret_memory.py $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_kinds.py --namespaces $(WIDE_NS) $(if $(BENCH_QUICK),--objects 30 --runs 1 --idle-seconds 10) $(BENCH_ARGS)
 	cd bench && ../$(PY) bench_faults.py $(if $(BENCH_QUICK),--namespaces 20 --repeats 1 --quiet-minutes 2 --storm-namespaces 100) $(BENCH_ARGS)
-	cd bench && ../$(PY) plot.py
+	$(MAKE) --no-print-directory bench-plot
 	@if docker info >/dev/null 2>&1; then $(MAKE) --no-print-directory image && \
 	  cd bench && ../$(PY) bench_pod.py; else echo "bench: no Docker daemon; skipping bench_pod.py"; fi
+
+.PHONY: bench-plot
+bench-plot: $(STAMP) ## docs/scale.png and docs/convergence.png from the benchmarks' saved results
+	$(PY) -m pip install --quiet -e '.[bench]'
+	cd bench && ../$(PY) plot.py
 
 .PHONY: run
 run: $(STAMP) ## run the operator on the current kubeconfig context (Ctrl-C stops it)

@@ -94,8 +94,9 @@ class BenchCluster:
         return names
 
     def create_sources(self, namespace: str, count: int, targets: str,
-                       payload: int = 900) -> list[str]:
-        names = [f"src-{i:04d}" for i in range(count)]
+                       payload: int = 900, first: int = 0) -> list[str]:
+        """Sources src-FIRST.. up to src-COUNT-1 (zero-padded), each replicated to `targets`."""
+        names = [f"src-{i:04d}" for i in range(first, count)]
         parallel(lambda n: self.kube.request(
             "create", f"/api/v1/namespaces/{namespace}/configmaps",
             body={"metadata": {"name": n, "annotations": {REPLICATE_TO: targets}},
@@ -240,6 +241,7 @@ class ReplicaWatcher:
         self.seen_at: dict[tuple[str, str], float] = {}   # (key, v) -> first time seen
         self.holding: Counter[str] = Counter()  # v -> replicas seen holding it (each once)
         self.last_reached: dict[str, float] = {}  # v -> when the latest replica first held it
+        self.arrivals: dict[str, list[float]] = {}  # namespace -> when each replica was added
         self._live: set[str] = set()
         self._stop = threading.Event()
         body = kube.request("list", self._collection, {"labelSelector": REPLICA_SELECTOR})
@@ -294,6 +296,7 @@ class ReplicaWatcher:
                 return
             if event["type"] == "ADDED" and key not in self._live:
                 self.added.append(now)
+                self.arrivals.setdefault(obj["metadata"]["namespace"], []).append(now)
             self._live.add(key)
             version = (obj.get("data") or {}).get("v", "")
             self.versions[key] = (version, now)
@@ -501,6 +504,7 @@ class Run:
     cpu_seconds: float | None  # the writer's own CPU over the pass (None: not measured)
     own_seconds: float | None = None  # the writer's own clock, first request to last response
     server_cpu: float | None = None   # kube-apiserver's and etcd's CPU over the pass
+    max_rss: int | None = None        # the Go writer's peak resident bytes (None: not known)
 
     @property
     def rate(self) -> float:
@@ -603,7 +607,8 @@ class Baselines:
         window = cluster.window("gowriter", verb, mark, int(result["writes"]))
         return Run("go", concurrency, int(result["writes"]),
                    window[1] if window else float(result["seconds"]),
-                   float(result["cpu_seconds"]), float(result["seconds"]), server)
+                   float(result["cpu_seconds"]), float(result["seconds"]), server,
+                   result.get("max_rss_bytes"))
 
     def python(self, threads: int) -> Run:
         """The Python bare client: the same bodies, the same connection pool as the operator's
@@ -734,4 +739,4 @@ def run_json(run: Run) -> dict[str, Any]:
     return {"writer": run.writer, "concurrency": run.concurrency, "writes": run.writes,
             "seconds": run.seconds, "rate": run.rate, "cpu_seconds": run.cpu_seconds,
             "server_cpu_seconds": run.server_cpu,
-            "own_seconds": run.own_seconds}
+            "own_seconds": run.own_seconds, "max_rss_bytes": run.max_rss}

@@ -47,6 +47,8 @@ type result struct {
 	FirstError  string  `json:"first_error,omitempty"`
 	Seconds     float64 `json:"seconds"`
 	CPUSeconds  float64 `json:"cpu_seconds"`
+	// The process's peak resident set: with -informer, a cache holding what it wrote.
+	MaxRSSBytes int64 `json:"max_rss_bytes"`
 	// -informer only
 	InformerSeen        *int64   `json:"informer_seen,omitempty"`
 	InformerEvents      *int64   `json:"informer_events,omitempty"`
@@ -158,6 +160,7 @@ func run(opts options) error {
 		out.InformerSyncSeconds, out.InformerWaitSeconds = &watch.syncSeconds, &waited
 	}
 	out.CPUSeconds = cpuSeconds() // after the informer's wait: its watching counts
+	out.MaxRSSBytes = maxRSSBytes()
 	if first, ok := firstError.Load().(string); ok {
 		out.FirstError = first
 	}
@@ -348,6 +351,15 @@ func read(path string) ([]*corev1.ConfigMap, error) {
 		objects = append(objects, obj)
 	}
 	return objects, scanner.Err()
+}
+
+// maxRSSBytes is the peak resident set of this process (Linux reports it in KiB).
+func maxRSSBytes() int64 {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		return -1
+	}
+	return usage.Maxrss * 1024
 }
 
 func cpuSeconds() float64 {
