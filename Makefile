@@ -88,27 +88,11 @@ promtool: ## build (once) or find promtool for the alert tests; prints its folde
 # a fresh machine's `make test` would take 40-50 minutes (the node's Go build alone is 12-25).
 # Each tool a test needs (the control plane, helm, promtool, Docker) is found, or built once
 # (CONFIGMIRROR_BUILD=1), by configmirror_testing.tools: without it the test skips here and
-# fails in CI. Two lanes, in two pytest processes: tests/integration, whose deadlines are
-# measured against the API servers it starts, at full priority; and beside it, at a lower CPU
-# priority (nice 10), the tiers with no deadline of seconds: tests/unit, tests/image and
-# tests/release (builds and Docker; with tests/integration in one process the suite took 30
-# minutes on this 2-core machine), then test-integration-oldest. The oldest Kubernetes is
-# built (or, when .ci/run builds it beside, waited for) before its pytest starts: a build
-# waited for inside a test's setup meets pytest-timeout's 300 s (a cold CI run lost every test
-# of it so). The second lane's report follows the first's.
-BESIDE_TESTS := tests/unit tests/image tests/release
-test: $(STAMP) ## the suite: unit, a real local control plane, the chart, the alerts, the image (not the node: cluster-test); beside it test-integration-oldest
-	@set -uo pipefail; log=$$(mktemp); \
-	{ CONFIGMIRROR_BUILD=1 nice -n 10 $(PY) -m pytest -m "not node" -p no:cacheprovider \
-	    $(BESIDE_TESTS) $(PYTEST_ARGS); tiers=$$?; \
-	  hack/controlplane/build.sh --oldest >/dev/null || true; \
-	  nice -n 10 env $(OLDEST_RUN) -p no:cacheprovider; old=$$?; \
-	  echo "== tests/unit, tests/image, tests/release: exit $$tiers; test-integration-oldest \
-	(Kubernetes $(OLDEST_VERSION)): exit $$old"; exit $$(( tiers || old )); } >"$$log" 2>&1 & beside=$$!; \
-	CONFIGMIRROR_BUILD=1 $(PY) -m pytest -m "not node" tests/integration $(PYTEST_ARGS); suite=$$?; \
-	wait $$beside; other=$$?; \
-	echo "== make test: $(BESIDE_TESTS), then test-integration-oldest, run beside tests/integration, exit $$other:"; \
-	cat "$$log"; rm -f "$$log"; exit $$(( suite || other ))
+# fails in CI. hack/test.sh runs tests/integration at full priority and, beside it in two lanes
+# at nice 10, tests/release, tests/image, tests/unit and test-integration-oldest (with all in
+# one process the suite took 30 minutes warm on this 2-core machine).
+test: $(STAMP) ## the suite: unit, a real local control plane, the chart, the alerts, the image, the release, the oldest Kubernetes (not the node: cluster-test)
+	@PY=$(PY) OLDEST_TESTS="$(OLDEST_TESTS)" PYTEST_ARGS="$(PYTEST_ARGS)" hack/test.sh
 
 # The oldest Kubernetes minor the docs claim (OLDEST_* in hack/controlplane/versions.env) runs
 # the integration modules that talk to the API server most directly: replication, both
