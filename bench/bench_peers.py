@@ -43,10 +43,12 @@ Every operator starts cold on objects of its own (fresh namespaces) and is stopp
 before the next starts; `--rounds` repeats each shape, alternating the order, and the table
 shows medians. configmirror runs as every benchmark runs it (`--kube-api-qps 0`); the peers
 run as they ship: kubernetes-replicator and trust-manager keep client-go's fixed client-side
-limit (5 requests/s, burst 10), which no flag of theirs lifts. Copies are seen by a watch of
-this process, so every figure is on one clock. A wait past `--deadline` (or, for a repair,
-`--repair-timeout`) is reported with the figure reached so far, and that operator's run of
-the shape ends there.
+limit (5 requests/s, burst 10), which no flag of theirs lifts. To measure their code rather
+than that limit, build them from a copy of their source whose rest.Config gets QPS -1 (the
+figures in docs/performance.md say how) and name them with `--limit-lifted NAME`. Copies
+are seen by a watch of this process, so every figure is on one clock. A wait past
+`--deadline` (or, for a repair, `--repair-timeout`) is reported with the figure reached so
+far, and that operator's run of the shape ends there.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ PROJECTIONS = "/apis/projection.sh/v1/projections"
 CLUSTER_PROJECTIONS = "/apis/projection.sh/v1/clusterprojections"
 BUNDLES = "/apis/trust.cert-manager.io/v1alpha1/bundles"
 RATE_LIMITED = "client-go's fixed 5 requests/s, burst 10 (no flag)"
+LIMIT_LIFTED = "client-go's limit lifted (rest.Config QPS -1, a local build of its source)"
 
 
 class Missed(Exception):
@@ -788,6 +791,9 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, default=900,
                         help="seconds any one wait may take")
     parser.add_argument("--repair-timeout", type=float, default=10)
+    parser.add_argument("--limit-lifted", action="append", default=[], metavar="NAME",
+                        help="this peer's binary was built with client-go's limit lifted (its "
+                        "rest.Config's QPS set to -1 by a local patch): say so in the output")
     args = parser.parse_args()
     peers = {name: paths[-1] for name, paths in parse_pairs(args.peer, "--peer").items()}
     crds = parse_pairs(args.peer_crds, "--peer-crds")
@@ -800,7 +806,8 @@ def main() -> None:
     load_before = load_average()
     certs = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     contenders = [Contender(CONFIGMIRROR, note="--kube-api-qps 0")] + [
-        Contender(name, binary, RATE_LIMITED if name in (REPLICATOR, TRUST) else "",
+        Contender(name, binary, LIMIT_LIFTED if name in args.limit_lifted
+                  else RATE_LIMITED if name in (REPLICATOR, TRUST) else "",
                   certs if name == TRUST else None) for name, binary in peers.items()]
     if TRUST in peers:
         webhook_keys(certs)

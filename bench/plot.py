@@ -87,6 +87,7 @@ def scale() -> None:
         latency.plot(replicas, [quantiles(r[key])[1] * 1000 for r in rows], f"{marker}--",
                      label=f"{label}, p99")
     latency.set_ylabel("milliseconds")
+    latency.set_ylim(bottom=0)
 
     def per_1000(run: dict[str, Any]) -> float:
         return float(run["cpu_seconds"]) / run["writes"] * 1000
@@ -96,11 +97,13 @@ def scale() -> None:
     cpu.plot(replicas, [per_1000(r["go_informer"]) for r in rows], "s-",
              label="Go writer + informer, CPU s per 1,000 writes")
     cpu.set_ylabel("CPU seconds per 1,000 writes")
+    cpu.set_ylim(bottom=0)
     idle = cpu.twinx()
     idle.plot(replicas, [r["idle_millicores"] for r in rows], "d:", color="grey",
               label="configmirror idle, millicores (right)")
     idle.set_ylabel("idle millicores")
-    idle.legend(fontsize=8, loc="lower right")
+    idle.set_ylim(bottom=0)
+    idle.legend(fontsize=8, loc="center right")
     for ax in axes.flat:
         ax.set_xscale("log")
         ax.set_xticks(replicas, [f"{n:,}" for n in replicas])
@@ -110,6 +113,8 @@ def scale() -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     converge.set_yscale("log")
+    cpu.legend(fontsize=8, loc="lower left")
+    idle.set_ylim(0, 2 * max(r["idle_millicores"] for r in rows))
     fig.suptitle(f"configmirror from {replicas[0]:,} to {replicas[-1]:,} replicas "
                  f"(--workers {result['workers']}, one control plane; bench/bench_scale.py)")
     out = REPO / "docs" / "scale.png"
